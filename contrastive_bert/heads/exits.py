@@ -1,0 +1,363 @@
+"""Exit heads for multi-exit models: a classifier (and a sentence embedding) on intermediate layers.
+
+Two exit types, both ending in the label-embedding classifier of
+:mod:`contrastive_bert.heads.label_embedding` (its weight rows are the exit's label embeddings):
+
+- :class:`LinearExit`: pooled hidden state of layer m (mean or [CLS], optionally L2-normalised)
+  -> label-embedding classifier.
+- :class:`MHAExit` (the ACL seed's MHA exit): project the token states of layer m to
+  ``exit_dim`` (d_e = 64), tanh, multi-head self-attention over the sequence, re-transform the
+  [CLS] vector to ``out_features`` (tanh), then the label-embedding classifier.
+
+:class:`MultiExitHeads` holds one exit per chosen layer and is a sentence-transformers module:
+appended to a ``SentenceTransformer`` it is saved and reloaded with the model, and it leaves
+plain ``encode`` untouched (it only adds ``exit_embeddings``/``exit_logits`` to the features
+when the transformer returns its hidden states, see :func:`exit_outputs`). The exit on the last
+layer is always a linear exit on the final layer: it is the model's final classifier (the
+teacher of ACL-CL and stage 1 of two-stage training).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from safetensors.torch import load_file as load_safetensors_file
+from sentence_transformers.base.modules import Module
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from contrastive_bert.heads.label_embedding import LabelEmbeddingClassifier
+
+EXIT_HEAD_TYPES: tuple[str, ...] = ("linear", "mha")
+POOLING_MODES: tuple[str, ...] = ("mean", "cls")
+
+
+def pool_tokens(token_embeddings: Tensor, attention_mask: Tensor, mode: str = "mean") -> Tensor:
+    """Pool token states (B, T, H) with mask (B, T) into (B, H) by masked mean or [CLS]."""
+    if mode == "cls":
+        return token_embeddings[:, 0]
+    if mode != "mean":
+        raise ValueError(f"pooling: expected one of {POOLING_MODES}, got {mode!r}")
+    mask = attention_mask.unsqueeze(-1).to(token_embeddings.dtype)
+    return (token_embeddings * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+
+class LinearExit(nn.Module):
+    """Pooled hidden state -> sentence embedding (B, H) -> label-embedding classifier (B, K)."""
+
+    def __init__(
+        self, in_features: int, label_names: Sequence[str], pooling: str = "mean", normalize: bool = True
+    ) -> None:
+        super().__init__()
+        if pooling not in POOLING_MODES:
+            raise ValueError(f"pooling: expected one of {POOLING_MODES}, got {pooling!r}")
+        self.pooling = pooling
+        self.normalize = normalize
+        self.out_features = in_features
+        self.classifier = LabelEmbeddingClassifier(in_features, list(label_names))
+
+    def embed(self, token_embeddings: Tensor, attention_mask: Tensor) -> Tensor:
+        """Token states (B, T, H), mask (B, T) -> sentence embedding (B, H)."""
+        embedding = pool_tokens(token_embeddings, attention_mask, self.pooling)
+        return F.normalize(embedding, dim=-1) if self.normalize else embedding
+
+    def forward(self, token_embeddings: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Returns (embedding (B, H), logits (B, K))."""
+        embedding = self.embed(token_embeddings, attention_mask)
+        return embedding, self.classifier.logits(embedding)
+
+
+class MHAExit(nn.Module):
+    """The seed's MHA exit: (B, T, H) -> tanh(W_p h) (B, T, d_e) -> self-attention -> [CLS] (B, d_e)
+    -> tanh(W_o c) (B, out) -> label-embedding classifier (B, K)."""
+
+    def __init__(
+        self,
+        in_features: int,
+        label_names: Sequence[str],
+        exit_dim: int = 64,
+        num_heads: int = 4,
+        out_features: int | None = None,
+        dropout: float = 0.1,
+        normalize: bool = True,
+    ) -> None:
+        super().__init__()
+        if exit_dim < 1 or exit_dim % num_heads != 0:
+            raise ValueError(f"exit_dim: must be a positive multiple of num_heads={num_heads}, got {exit_dim}")
+        self.out_features = out_features or in_features
+        self.normalize = normalize
+        self.project = nn.Linear(in_features, exit_dim)
+        self.attention = nn.MultiheadAttention(exit_dim, num_heads, dropout=dropout, batch_first=True)
+        self.retransform = nn.Linear(exit_dim, self.out_features)
+        self.classifier = LabelEmbeddingClassifier(self.out_features, list(label_names))
+
+    def embed(self, token_embeddings: Tensor, attention_mask: Tensor) -> Tensor:
+        """Token states (B, T, H), mask (B, T) -> sentence embedding (B, out_features)."""
+        projected = torch.tanh(self.project(token_embeddings))  # (B, T, d_e)
+        # Only the [CLS] query is needed: its attention over the unpadded tokens.
+        attended, _ = self.attention(
+            projected[:, :1], projected, projected, key_padding_mask=attention_mask == 0, need_weights=False
+        )  # (B, 1, d_e)
+        embedding = torch.tanh(self.retransform(attended[:, 0]))
+        return F.normalize(embedding, dim=-1) if self.normalize else embedding
+
+    def forward(self, token_embeddings: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Returns (embedding (B, out_features), logits (B, K))."""
+        embedding = self.embed(token_embeddings, attention_mask)
+        return embedding, self.classifier.logits(embedding)
+
+
+class MultiExitHeads(Module):
+    """One exit head per chosen layer (1-based layer indices; the last layer always has a linear exit).
+
+    As a sentence-transformers module it passes features through; when the features hold the
+    transformer's ``all_layer_embeddings`` (L + 1 tensors of (B, T, H)) it adds
+    ``exit_embeddings`` and ``exit_logits``: dicts layer -> (B, d) and layer -> (B, K).
+    """
+
+    config_keys: list[str] = [
+        "in_features",
+        "label_names",
+        "num_layers",
+        "exit_layers",
+        "head_type",
+        "pooling",
+        "normalize",
+        "exit_dim",
+        "num_heads",
+        "dropout",
+    ]
+
+    def __init__(
+        self,
+        in_features: int,
+        label_names: Sequence[str],
+        num_layers: int,
+        exit_layers: Sequence[int] | None = None,
+        head_type: str = "linear",
+        pooling: str = "mean",
+        normalize: bool = True,
+        exit_dim: int = 64,
+        num_heads: int = 4,
+        dropout: float = 0.1,
+    ) -> None:
+        super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"num_layers: must be >= 1, got {num_layers}")
+        if head_type not in EXIT_HEAD_TYPES:
+            raise ValueError(f"head_type: expected one of {EXIT_HEAD_TYPES}, got {head_type!r}")
+        if len(label_names) < 2:
+            raise ValueError(f"label_names: need at least 2 labels, got {len(label_names)}")
+        layers = list(range(1, num_layers + 1)) if exit_layers is None else [int(m) for m in exit_layers]
+        bad = [m for m in layers if not 1 <= m <= num_layers]
+        if bad:
+            raise ValueError(f"exit_layers: layer indices must be in [1, {num_layers}] (1-based), got {bad}")
+        if len(set(layers)) != len(layers):
+            raise ValueError(f"exit_layers: duplicate layer indices in {layers}")
+        self.in_features = in_features
+        self.label_names = list(label_names)
+        self.num_layers = num_layers
+        self.exit_layers = sorted(set(layers) | {num_layers})
+        self.head_type = head_type
+        self.pooling = pooling
+        self.normalize = normalize
+        self.exit_dim = exit_dim
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.exits = nn.ModuleDict({str(m): self._make_exit(m) for m in self.exit_layers})
+
+    def _make_exit(self, layer: int) -> nn.Module:
+        if self.head_type == "linear" or layer == self.num_layers:
+            return LinearExit(self.in_features, self.label_names, self.pooling, self.normalize)
+        return MHAExit(
+            self.in_features,
+            self.label_names,
+            exit_dim=self.exit_dim,
+            num_heads=self.num_heads,
+            dropout=self.dropout,
+            normalize=self.normalize,
+        )
+
+    @property
+    def intermediate_layers(self) -> list[int]:
+        """Exit layers below the last one (the students of ACL-CL)."""
+        return [m for m in self.exit_layers if m != self.num_layers]
+
+    @property
+    def final_exit(self) -> nn.Module:
+        """The final layer's exit: the model's final classifier."""
+        return self.exits[str(self.num_layers)]
+
+    def exit(self, layer: int) -> nn.Module:
+        """The exit head on ``layer`` (1-based)."""
+        if layer not in self.exit_layers:
+            raise ValueError(f"layer: no exit on layer {layer}; exits are on {self.exit_layers}")
+        return self.exits[str(layer)]
+
+    def label_embeddings(self, layer: int) -> Tensor:
+        """Label embeddings (K, d) of the exit on ``layer``."""
+        return self.exit(layer).classifier.weight
+
+    def forward_layer(self, layer: int, token_embeddings: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Hidden states (B, T, H) of ``layer`` -> (embedding (B, d), logits (B, K))."""
+        return self.exit(layer)(token_embeddings, attention_mask)
+
+    def forward_all(
+        self, all_layer_embeddings: Sequence[Tensor], attention_mask: Tensor, layers: Sequence[int] | None = None
+    ) -> tuple[dict[int, Tensor], dict[int, Tensor]]:
+        """``all_layer_embeddings``: L + 1 tensors (B, T, H) (index 0 = embedding layer).
+        Returns dicts layer -> embedding (B, d) and layer -> logits (B, K)."""
+        if len(all_layer_embeddings) != self.num_layers + 1:
+            raise ValueError(
+                f"all_layer_embeddings: expected {self.num_layers + 1} hidden states for a "
+                f"{self.num_layers}-layer encoder, got {len(all_layer_embeddings)}"
+            )
+        embeddings, logits = {}, {}
+        for m in self.exit_layers if layers is None else layers:
+            embeddings[m], logits[m] = self.forward_layer(m, all_layer_embeddings[m], attention_mask)
+        return embeddings, logits
+
+    def forward(self, features: dict[str, Any], **kwargs) -> dict[str, Any]:
+        if "all_layer_embeddings" in features:
+            features["exit_embeddings"], features["exit_logits"] = self.forward_all(
+                features["all_layer_embeddings"], features["attention_mask"]
+            )
+        return features
+
+    def save(self, output_path: str, *args, safe_serialization: bool = True, **kwargs) -> None:
+        self.save_config(output_path)
+        self.save_torch_weights(output_path, safe_serialization=safe_serialization)
+
+    @classmethod
+    def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs) -> MultiExitHeads:
+        hub_kwargs = {
+            key: kwargs[key] for key in ("token", "cache_folder", "revision", "local_files_only") if key in kwargs
+        }
+        config = cls.load_config(model_name_or_path, subfolder=subfolder, **hub_kwargs)
+        heads = cls(**config)
+        weights = cls.load_torch_weights(model_name_or_path, subfolder=subfolder, **hub_kwargs)
+        saved_layers = sorted({int(key.split(".")[1]) for key in weights if key.startswith("exits.")})
+        if saved_layers != heads.exit_layers:
+            raise ValueError(
+                f"exit_layers: the saved weights hold exit heads on layers {saved_layers} but the saved "
+                f"config declares {heads.exit_layers}"
+            )
+        heads.load_state_dict(weights)
+        return heads
+
+
+def save_exit_heads(heads: MultiExitHeads, path: str | os.PathLike) -> None:
+    """Save exit heads alone (config + safetensors) into folder ``path``."""
+    os.makedirs(path, exist_ok=True)
+    heads.save(str(path))
+
+
+def load_exit_heads(path: str | os.PathLike, exit_layers: Sequence[int] | None = None) -> MultiExitHeads:
+    """Load exit heads saved by :func:`save_exit_heads`; ``exit_layers`` (if given) must match the saved heads."""
+    if not os.path.isfile(os.path.join(path, MultiExitHeads.config_file_name)):
+        raise ValueError(f"path: no saved exit heads in {path}")
+    heads = MultiExitHeads.load(str(path), local_files_only=True)
+    _check_expected_layers(heads, exit_layers)
+    return heads
+
+
+def _check_expected_layers(heads: MultiExitHeads, exit_layers: Sequence[int] | None) -> None:
+    if exit_layers is None:
+        return
+    expected = sorted(set(int(m) for m in exit_layers) | {heads.num_layers})
+    if expected != heads.exit_layers:
+        raise ValueError(
+            f"exit_layers: expected exit heads on layers {expected} ({len(expected)} heads), "
+            f"the model has {len(heads.exit_layers)} heads on layers {heads.exit_layers}"
+        )
+
+
+def transformer_module(model: nn.Module) -> nn.Module:
+    """The sentence-transformers ``Transformer`` module (first module) of ``model``."""
+    first = model[0]
+    if not hasattr(first, "auto_model"):
+        raise ValueError("model: the first module must be a sentence-transformers Transformer")
+    return first
+
+
+def encoder_num_layers(model: nn.Module) -> int:
+    """Number of transformer layers of the model's encoder."""
+    config = transformer_module(model).auto_model.config
+    num_layers = getattr(config, "num_hidden_layers", None)
+    if num_layers is None:
+        raise ValueError("model: cannot read num_hidden_layers from the encoder config")
+    return int(num_layers)
+
+
+def add_exit_heads(
+    model: nn.Module,
+    label_names: Sequence[str],
+    exit_layers: Sequence[int] | None = None,
+    head_type: str = "linear",
+    **kwargs: Any,
+) -> MultiExitHeads:
+    """Create :class:`MultiExitHeads` matching ``model`` (hidden size, depth, pooling mode, normalisation),
+    append it to ``model`` and return it. ``exit_layers`` are 1-based; default: every layer."""
+    if find_exit_heads(model) is not None:
+        raise ValueError("model: already has exit heads; use get_exit_heads(model)")
+    transformer = transformer_module(model)
+    hidden = transformer.auto_model.config.hidden_size
+    pooling, normalize = "mean", False
+    for module in list(model)[1:]:
+        mode = getattr(module, "pooling_mode", None)
+        if mode is not None:
+            mode = mode if isinstance(mode, str) else ""
+            pooling = "cls" if "cls" in mode else "mean"
+        if type(module).__name__ == "Normalize":
+            normalize = True
+    kwargs.setdefault("pooling", pooling)
+    kwargs.setdefault("normalize", normalize)
+    heads = MultiExitHeads(hidden, label_names, encoder_num_layers(model), exit_layers, head_type, **kwargs)
+    device = next(transformer.parameters()).device
+    model.append(heads.to(device))
+    return heads
+
+
+def find_exit_heads(model: nn.Module) -> MultiExitHeads | None:
+    """The model's :class:`MultiExitHeads` module, or None."""
+    for module in model:
+        if isinstance(module, MultiExitHeads):
+            return module
+    return None
+
+
+def get_exit_heads(model: nn.Module, exit_layers: Sequence[int] | None = None) -> MultiExitHeads:
+    """The model's exit heads; ValueError when missing, when they do not fit the encoder, or when
+    ``exit_layers`` (expected head layers) does not match the saved heads."""
+    heads = find_exit_heads(model)
+    if heads is None:
+        raise ValueError("model: has no exit heads; add them with add_exit_heads(model, label_names, ...)")
+    depth = encoder_num_layers(model)
+    if heads.num_layers != depth:
+        raise ValueError(f"model: exit heads were built for {heads.num_layers} layers, the encoder has {depth}")
+    _check_expected_layers(heads, exit_layers)
+    return heads
+
+
+@contextmanager
+def hidden_states_enabled(model: nn.Module) -> Iterator[None]:
+    """Within the block the transformer returns ``all_layer_embeddings`` (restored afterwards, also on error)."""
+    config = transformer_module(model).auto_model.config
+    original = config.output_hidden_states
+    config.output_hidden_states = True
+    try:
+        yield
+    finally:
+        config.output_hidden_states = original
+
+
+def exit_outputs(model: nn.Module, features: dict[str, Any]) -> dict[str, Any]:
+    """Run ``model`` on tokenized ``features`` with hidden states on; the returned features hold
+    ``sentence_embedding`` (B, D), ``exit_embeddings`` {layer: (B, d)} and ``exit_logits`` {layer: (B, K)}."""
+    get_exit_heads(model)
+    with hidden_states_enabled(model):
+        return model(features)
