@@ -1,0 +1,319 @@
+"""Hard-negative retrieval over an embedding queue (or any key matrix) and false-negative control.
+
+* :func:`search_topk`: the k most similar keys per query by inner product, through FAISS (exact
+  ``IndexFlatIP`` by default, ``ivf`` or ``hnsw`` for large queues, the GPU index when faiss-gpu and
+  CUDA are present, capped at FAISS-GPU's 2048 neighbours) or a torch ``matmul`` + ``topk`` fallback.
+* :func:`false_negative_mask`: which candidates may serve as negatives for each anchor: not the
+  anchor's or positive's own text/id, not scoring above ``positive_score - absolute_margin`` or
+  ``positive_score - |positive_score| * relative_margin`` (as ``sentence_transformers.util.mine_hard_negatives``),
+  not above ``max_score``, and optionally not sharing the anchor's label.
+* :class:`HardnessSchedule`: curriculum from easy to hard, as a rank offset into the filtered list.
+* :func:`mine_hard_negatives`: the three combined, returning ``(batch, k)`` queue indices.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from contrastive_bert.queue import NO_ID, NO_LABEL
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "FAISS_GPU_MAX_K",
+    "HardnessSchedule",
+    "faiss_available",
+    "faiss_gpu_available",
+    "false_negative_mask",
+    "mine_hard_negatives",
+    "search_topk",
+]
+
+#: FAISS GPU indexes return at most this many neighbours per query.
+FAISS_GPU_MAX_K = 2048
+
+Backend = Literal["auto", "faiss", "torch"]
+IndexType = Literal["flat", "ivf", "hnsw"]
+
+
+def faiss_available() -> bool:
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def faiss_gpu_available() -> bool:
+    """faiss was built with GPU support and sees at least one GPU."""
+    if not faiss_available():
+        return False
+    import faiss
+
+    return hasattr(faiss, "StandardGpuResources") and getattr(faiss, "get_num_gpus", lambda: 0)() > 0
+
+
+def _build_index(keys: np.ndarray, index_type: IndexType, use_gpu: bool, nlist: int | None, nprobe: int, hnsw_m: int):
+    import faiss
+
+    dim = keys.shape[1]
+    if index_type == "flat":
+        index = faiss.IndexFlatIP(dim)
+    elif index_type == "ivf":
+        nlist = nlist or max(1, int(math.sqrt(keys.shape[0])))
+        nlist = min(nlist, keys.shape[0])
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.train(keys)
+        index.nprobe = min(nprobe, nlist)
+    elif index_type == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
+    else:  # validated by the caller
+        raise ValueError(f"index_type: expected 'flat', 'ivf' or 'hnsw', got {index_type!r}")
+    if use_gpu and index_type != "hnsw":  # FAISS has no GPU HNSW
+        resources = faiss.StandardGpuResources()
+        index = faiss.index_cpu_to_gpu(resources, 0, index)
+    index.add(keys)
+    return index
+
+
+def search_topk(
+    queries: Tensor,
+    keys: Tensor,
+    k: int,
+    backend: Backend = "auto",
+    index_type: IndexType = "flat",
+    use_gpu: bool | None = None,
+    nlist: int | None = None,
+    nprobe: int = 16,
+    hnsw_m: int = 32,
+) -> tuple[Tensor, Tensor]:
+    """Top-k keys per query by inner product (cosine for normalised inputs).
+
+    queries: ``(q, dim)``; keys: ``(n, dim)``. Returns ``(scores, indices)``, both ``(q, min(k, n))``,
+    sorted by descending score, on the queries' device. ``k`` above ``n`` is clamped to ``n``;
+    approximate indexes (``ivf``/``hnsw``) may return fewer hits, padded with index ``-1`` / score
+    ``-inf``. ``backend="auto"`` uses FAISS when installed, else torch; ``use_gpu=None`` uses the
+    FAISS GPU index when available, falling back to the CPU index for ``k > 2048``.
+    """
+    if queries.ndim != 2 or keys.ndim != 2 or queries.shape[1] != keys.shape[1]:
+        raise ValueError(
+            f"queries/keys: expected (q, dim) and (n, dim) with the same dim, got {tuple(queries.shape)} and {tuple(keys.shape)}"
+        )
+    if not isinstance(k, int) or k <= 0:
+        raise ValueError(f"k: expected a positive int, got {k!r}")
+    if backend not in ("auto", "faiss", "torch"):
+        raise ValueError(f"backend: expected 'auto', 'faiss' or 'torch', got {backend!r}")
+    if index_type not in ("flat", "ivf", "hnsw"):
+        raise ValueError(f"index_type: expected 'flat', 'ivf' or 'hnsw', got {index_type!r}")
+    n = keys.shape[0]
+    k = min(k, n)
+    device = queries.device
+    if k == 0:
+        empty = torch.empty((queries.shape[0], 0), device=device)
+        return empty, empty.long()
+    if backend == "faiss" and not faiss_available():
+        raise ValueError("backend: 'faiss' requested but faiss is not installed (pip install faiss-cpu)")
+    use_faiss = backend == "faiss" or (backend == "auto" and faiss_available())
+    if not use_faiss:
+        if index_type != "flat":
+            logger.warning("index_type=%r needs FAISS; using exact torch search", index_type)
+        scores = queries.detach() @ keys.detach().T.to(queries.dtype)
+        top_scores, top_indices = torch.topk(scores, k, dim=1)
+        return top_scores, top_indices
+
+    gpu = faiss_gpu_available() if use_gpu is None else bool(use_gpu)
+    if gpu and not faiss_gpu_available():
+        raise ValueError("use_gpu: True but faiss has no GPU support or sees no GPU")
+    if gpu and k > FAISS_GPU_MAX_K:
+        logger.info("k=%d exceeds FAISS GPU's %d-neighbour cap; searching on the CPU index", k, FAISS_GPU_MAX_K)
+        gpu = False
+    keys_np = np.ascontiguousarray(keys.detach().float().cpu().numpy())
+    queries_np = np.ascontiguousarray(queries.detach().float().cpu().numpy())
+    index = _build_index(keys_np, index_type, gpu, nlist, nprobe, hnsw_m)
+    scores_np, indices_np = index.search(queries_np, k)
+    scores_t = torch.from_numpy(scores_np).to(device)
+    indices_t = torch.from_numpy(indices_np).to(device=device, dtype=torch.int64)
+    scores_t = torch.where(indices_t < 0, torch.full_like(scores_t, -math.inf), scores_t)
+    return scores_t, indices_t
+
+
+def false_negative_mask(
+    scores: Tensor,
+    positive_scores: Tensor,
+    candidate_ids: Tensor | None = None,
+    anchor_ids: Tensor | None = None,
+    positive_ids: Tensor | None = None,
+    candidate_labels: Tensor | None = None,
+    anchor_labels: Tensor | None = None,
+    absolute_margin: float | None = None,
+    relative_margin: float | None = None,
+    max_score: float | None = None,
+) -> Tensor:
+    """Which candidates may be used as negatives (``True`` = keep).
+
+    scores: ``(batch, n)`` anchor-candidate similarities; positive_scores: ``(batch,)``.
+    candidate_ids / candidate_labels: ``(n,)``, or ``(batch, n)`` when each anchor has its own
+    candidates (e.g. after a top-k search); anchor_ids, positive_ids, anchor_labels: ``(batch,)``.
+    Unknown ids/labels (``NO_ID``/``NO_LABEL``) never match. A candidate is dropped when it shares
+    the anchor's or positive's id, shares the anchor's label, or when
+    ``score > positive_score - absolute_margin``, ``score > positive_score - |positive_score| * relative_margin``
+    or ``score > max_score`` (each check only when its argument is not None).
+    """
+    if scores.ndim != 2 or positive_scores.shape != scores.shape[:1]:
+        raise ValueError(
+            f"scores/positive_scores: expected (batch, n) and (batch,), got {tuple(scores.shape)} and {tuple(positive_scores.shape)}"
+        )
+    if absolute_margin is not None and not math.isfinite(absolute_margin):
+        raise ValueError(f"absolute_margin: expected a finite float, got {absolute_margin!r}")
+    if relative_margin is not None and not (0.0 <= relative_margin <= 1.0):
+        raise ValueError(f"relative_margin: expected a float in [0, 1], got {relative_margin!r}")
+    keep = torch.isfinite(scores)
+    positive_scores = positive_scores.detach().unsqueeze(1).to(scores.dtype)
+    if absolute_margin is not None:
+        keep &= scores <= positive_scores - absolute_margin
+    if relative_margin is not None:
+        keep &= scores <= positive_scores - positive_scores.abs() * relative_margin
+    if max_score is not None:
+        keep &= scores <= max_score
+
+    def _expand(values: Tensor) -> Tensor:
+        return values.unsqueeze(0) if values.ndim == 1 else values
+
+    if candidate_ids is not None:
+        cand = _expand(candidate_ids)
+        for own in (anchor_ids, positive_ids):
+            if own is not None:
+                own = own.to(cand.device).unsqueeze(1)
+                keep &= ~((cand == own) & (own != NO_ID))
+    if candidate_labels is not None and anchor_labels is not None:
+        cand = _expand(candidate_labels)
+        own = anchor_labels.to(cand.device).unsqueeze(1)
+        keep &= ~((cand == own) & (own != NO_LABEL))
+    return keep
+
+
+@dataclass
+class HardnessSchedule:
+    """Curriculum from easy to hard negatives (seed: "课程学习").
+
+    ``hardness(step)`` goes linearly from ``start`` to ``end`` over ``warmup_steps`` loss calls
+    (then stays at ``end``). Hardness ``h`` picks the negatives at ranks
+    ``[offset, offset + k)`` of the filtered, score-sorted candidate list with
+    ``offset = round((1 - h) * (pool_factor - 1) * k)``: ``h = 1`` takes the top-k (hardest),
+    ``h = 0`` the ranks ``[(pool_factor - 1) k, pool_factor k)`` (easier). The default is
+    always-hardest, i.e. no curriculum.
+    """
+
+    start: float = 1.0
+    end: float = 1.0
+    warmup_steps: int = 0
+    pool_factor: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("start", "end"):
+            value = getattr(self, name)
+            if not (0.0 <= value <= 1.0):
+                raise ValueError(f"{name}: expected a hardness in [0, 1], got {value!r}")
+        if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps: expected an int >= 0, got {self.warmup_steps!r}")
+        if not isinstance(self.pool_factor, int) or self.pool_factor < 1:
+            raise ValueError(f"pool_factor: expected an int >= 1, got {self.pool_factor!r}")
+
+    def hardness(self, step: int) -> float:
+        if self.warmup_steps == 0 or step >= self.warmup_steps:
+            return self.end
+        return self.start + (self.end - self.start) * step / self.warmup_steps
+
+    def offset(self, step: int, k: int) -> int:
+        """Rank of the first hard negative taken at ``step`` for ``k`` negatives per anchor."""
+        return int(round((1.0 - self.hardness(step)) * (self.pool_factor - 1) * k))
+
+
+def mine_hard_negatives(
+    anchors: Tensor,
+    positive_scores: Tensor,
+    keys: Tensor,
+    k: int,
+    *,
+    key_ids: Tensor | None = None,
+    anchor_ids: Tensor | None = None,
+    positive_ids: Tensor | None = None,
+    key_labels: Tensor | None = None,
+    anchor_labels: Tensor | None = None,
+    absolute_margin: float | None = None,
+    relative_margin: float | None = None,
+    max_score: float | None = None,
+    offset: int = 0,
+    scores: Tensor | None = None,
+    backend: Backend = "torch",
+    index_type: IndexType = "flat",
+    use_gpu: bool | None = None,
+) -> Tensor:
+    """Indices of up to ``k`` hard negatives per anchor among ``keys``, after false-negative filtering.
+
+    anchors: ``(batch, dim)`` normalised; positive_scores: ``(batch,)``; keys: ``(n, dim)`` normalised.
+    ``scores`` ``(batch, n)``: precomputed anchor-key similarities (then no search is run). The
+    hardest ``offset`` surviving candidates are skipped (curriculum). Returns ``(batch, k)`` int64
+    key indices, ``-1`` where fewer than ``offset + k`` candidates survive (documented clamping:
+    ``k`` larger than the filled queue yields padding, never an error).
+    """
+    if not isinstance(k, int) or k < 0:
+        raise ValueError(f"k: expected an int >= 0, got {k!r}")
+    if not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset: expected an int >= 0, got {offset!r}")
+    batch, n = anchors.shape[0], keys.shape[0]
+    device = anchors.device
+    if k == 0 or n == 0:
+        return torch.full((batch, k), -1, dtype=torch.int64, device=device)
+    need = offset + k
+    filters = dict(
+        absolute_margin=absolute_margin,
+        relative_margin=relative_margin,
+        max_score=max_score,
+    )
+    if scores is not None or (backend == "torch" and index_type == "flat"):
+        # Exact path: mask the full score matrix, then one topk.
+        full = scores.detach() if scores is not None else anchors.detach() @ keys.detach().T.to(anchors.dtype)
+        keep = false_negative_mask(
+            full, positive_scores, key_ids, anchor_ids, positive_ids, key_labels, anchor_labels, **filters
+        )
+        masked = full.masked_fill(~keep, -math.inf)
+        top_scores, top_idx = torch.topk(masked, min(need, n), dim=1)
+        top_idx = torch.where(torch.isfinite(top_scores), top_idx, torch.full_like(top_idx, -1))
+    else:
+        # Search path: retrieve a pool, filter it, widen the pool while too few candidates survive.
+        pool = min(n, max(2 * need, need + 16))
+        while True:
+            cand_scores, cand_idx = search_topk(anchors, keys, pool, backend, index_type, use_gpu)
+            safe_idx = cand_idx.clamp(min=0)
+            keep = false_negative_mask(
+                cand_scores,
+                positive_scores,
+                None if key_ids is None else key_ids.to(device)[safe_idx],
+                anchor_ids,
+                positive_ids,
+                None if key_labels is None else key_labels.to(device)[safe_idx],
+                anchor_labels,
+                **filters,
+            ) & (cand_idx >= 0)
+            if bool((keep.sum(dim=1) >= need).all()) or pool >= n:
+                break
+            pool = min(n, pool * 4)
+        # Stable order of the kept candidates by score: rank kept entries first.
+        ranked = torch.where(keep, cand_scores, torch.full_like(cand_scores, -math.inf))
+        top_scores, pos = torch.topk(ranked, min(need, ranked.shape[1]), dim=1)
+        top_idx = torch.gather(cand_idx, 1, pos)
+        top_idx = torch.where(torch.isfinite(top_scores), top_idx, torch.full_like(top_idx, -1))
+    selected = top_idx[:, offset:need]
+    if selected.shape[1] < k:
+        pad = torch.full((batch, k - selected.shape[1]), -1, dtype=torch.int64, device=device)
+        selected = torch.cat([selected, pad], dim=1)
+    return selected
