@@ -1,0 +1,150 @@
+"""``contrastive-bert mine``: offline hard-negative mining of a pair data set into a new data set.
+
+A thin wrapper around :func:`sentence_transformers.util.mine_hard_negatives` (FAISS search,
+range_min/range_max, absolute/relative margins, max_score, sampling strategy): it only loads
+the pairs (a registered data set or a local file), the model and the corpus, and writes the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+from typing import Any
+
+FILE_BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "mine",
+        help="mine hard negatives for (anchor, positive) pairs and write a new data set",
+        description=(
+            "Mine hard negatives with FAISS for a pair data set (a registered name such as stsb, mrpc, "
+            "answer_selection, or a .csv/.tsv/.jsonl/.parquet file with anchor/positive columns) "
+            "and write (anchor, positive, negative...) rows."
+        ),
+    )
+    parser.add_argument("--dataset", required=True, help="registered data set name or a local pair file")
+    parser.add_argument("--output", required=True, help="output: a folder (save_to_disk) or a .jsonl/.csv/.parquet file")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    parser.add_argument("--model", default="default", help="model used to embed (default: bundled all-MiniLM-L6-v2)")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--data-dir", default=None, help="root of the local data sets (default: CONTRASTIVE_BERT_DATA)")
+    parser.add_argument("--anchor-column", default=None, help="for files: the anchor column (default: first)")
+    parser.add_argument("--positive-column", default=None, help="for files: the positive column (default: second)")
+    parser.add_argument("--min-pair-score", type=float, default=0.8, help="STS-style data: keep pairs scoring >= this")
+    parser.add_argument("--corpus", default=None, help="text file, one candidate per line (default: the positives)")
+    parser.add_argument("--max-samples", type=int, default=None, help="mine for the first N pairs only")
+    parser.add_argument("--num-negatives", type=int, default=3)
+    parser.add_argument("--range-min", type=int, default=0)
+    parser.add_argument("--range-max", type=int, default=None)
+    parser.add_argument("--absolute-margin", type=float, default=None)
+    parser.add_argument("--relative-margin", type=float, default=0.05, help="NV-Retriever's TopK-PercPos (default 0.05)")
+    parser.add_argument("--max-score", type=float, default=None)
+    parser.add_argument("--sampling-strategy", choices=("top", "random"), default="top")
+    parser.add_argument("--output-format", choices=("triplet", "n-tuple", "labeled-pair", "labeled-list"), default="triplet")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--no-faiss", action="store_true", help="exact torch search instead of FAISS")
+    parser.add_argument("--device", default=None)
+    parser.set_defaults(func=run_mine)
+    return parser
+
+
+def _load_pairs(args: argparse.Namespace):
+    """The (anchor, positive) Dataset to mine for."""
+    import datasets
+
+    source = Path(args.dataset).expanduser()
+    if source.suffix.lower() in FILE_BUILDERS:
+        if not source.is_file():
+            raise ValueError(f"dataset: file not found: {source}")
+        kwargs = {"delimiter": "\t"} if source.suffix.lower() == ".tsv" else {}
+        loaded = datasets.load_dataset(FILE_BUILDERS[source.suffix.lower()], data_files={"train": str(source)}, split="train", **kwargs)
+        anchor = args.anchor_column or loaded.column_names[0]
+        positive = args.positive_column or (loaded.column_names[1] if len(loaded.column_names) > 1 else None)
+        for name, column in (("anchor-column", anchor), ("positive-column", positive)):
+            if column not in loaded.column_names:
+                raise ValueError(f"{name}: {column!r} is not a column of {source} ({loaded.column_names})")
+        return datasets.Dataset.from_dict({"anchor": loaded[anchor], "positive": loaded[positive]})
+    from contrastive_bert.data import load_dataset, positive_pairs
+
+    split = load_dataset(args.dataset, split=args.split, data_dir=args.data_dir)
+    return positive_pairs(split, min_score=args.min_pair_score)
+
+
+def _check_args(args: argparse.Namespace) -> Path:
+    if args.num_negatives < 1:
+        raise ValueError(f"num-negatives: expected >= 1, got {args.num_negatives}")
+    if args.range_min < 0:
+        raise ValueError(f"range-min: expected >= 0, got {args.range_min}")
+    if args.range_max is not None and args.range_max <= args.range_min:
+        raise ValueError(f"range-max: expected > range-min ({args.range_min}), got {args.range_max}")
+    if args.relative_margin is not None and not 0 <= args.relative_margin <= 1:
+        raise ValueError(f"relative-margin: expected a value in [0, 1], got {args.relative_margin}")
+    if args.batch_size < 1:
+        raise ValueError(f"batch-size: expected >= 1, got {args.batch_size}")
+    if args.max_samples is not None and args.max_samples < 1:
+        raise ValueError(f"max-samples: expected >= 1, got {args.max_samples}")
+    output = Path(args.output).expanduser()
+    if output.exists() and not args.overwrite:
+        raise ValueError(f"output: {output} already exists; pass --overwrite to replace it")
+    return output
+
+
+def _write(dataset, output: Path, overwrite: bool) -> None:
+    if output.exists() and overwrite:
+        shutil.rmtree(output) if output.is_dir() else output.unlink()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    suffix = output.suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        dataset.to_json(str(output), lines=True, force_ascii=False)
+    elif suffix == ".csv":
+        dataset.to_csv(str(output), index=False)
+    elif suffix == ".parquet":
+        dataset.to_parquet(str(output))
+    else:
+        dataset.save_to_disk(str(output))
+
+
+def run_mine(args: argparse.Namespace) -> int:
+    """Handler of ``contrastive-bert mine``; returns 0 and prints where the data set went."""
+    from sentence_transformers.util import mine_hard_negatives
+
+    from contrastive_bert.mining import faiss_available
+    from contrastive_bert.models import load_model
+
+    output = _check_args(args)
+    pairs = _load_pairs(args)
+    if args.max_samples is not None:
+        pairs = pairs.select(range(min(args.max_samples, len(pairs))))
+    corpus = None
+    if args.corpus is not None:
+        corpus_path = Path(args.corpus).expanduser()
+        if not corpus_path.is_file():
+            raise ValueError(f"corpus: file not found: {corpus_path}")
+        corpus = [line.strip() for line in corpus_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not corpus:
+            raise ValueError(f"corpus: {corpus_path} has no non-empty lines")
+    model = load_model(args.model, device=args.device)
+    mined = mine_hard_negatives(
+        pairs,
+        model,
+        anchor_column_name="anchor",
+        positive_column_name="positive",
+        corpus=corpus,
+        range_min=args.range_min,
+        range_max=args.range_max,
+        max_score=args.max_score,
+        absolute_margin=args.absolute_margin,
+        relative_margin=args.relative_margin,
+        num_negatives=args.num_negatives,
+        sampling_strategy=args.sampling_strategy,
+        output_format=args.output_format,
+        batch_size=args.batch_size,
+        use_faiss=faiss_available() and not args.no_faiss,
+        verbose=False,
+    )
+    _write(mined, output, args.overwrite)
+    print(f"mined {len(mined)} rows ({', '.join(mined.column_names)}) from {len(pairs)} pairs -> {output}")
+    return 0
