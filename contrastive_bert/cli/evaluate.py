@@ -1,0 +1,53 @@
+"""``contrastive-bert eval``: score a model on registry tasks, print a table, write JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "eval",
+        help="evaluate a model on STS / classification / answer-selection tasks",
+        description="Evaluate a model on registry tasks (test split): STS Spearman x100, "
+        "logistic-regression and k-NN accuracy, answer-selection MRR/MAP.",
+    )
+    parser.add_argument("--model", default="default", help="'default' (bundled all-MiniLM-L6-v2), a local folder or a hub id")
+    parser.add_argument("--tasks", default="stsb", help="comma-separated task names (default: stsb)")
+    parser.add_argument("--data-dir", default=None, help="local data root (default: $CONTRASTIVE_BERT_DATA, else the hub)")
+    parser.add_argument("--split", default="test", help="split to score (default: test)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--output", default=None, help="write {task: {main_score, ...}} JSON here")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+    parser.set_defaults(func=run_eval)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from contrastive_bert.data import resolve_data_dir
+    from contrastive_bert.evaluation.tasks import check_tasks, evaluate_tasks
+    from contrastive_bert.models import load_model, resolve_model_name
+
+    tasks = check_tasks([t.strip() for t in args.tasks.split(",") if t.strip()])
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size: expected a positive integer, got {args.batch_size}")
+    resolve_data_dir(args.data_dir)
+    if args.output and Path(args.output).exists() and not args.overwrite:
+        raise ValueError(f"--output: {args.output} exists; pass --overwrite to replace it")
+    resolve_model_name(args.model)
+    model = load_model(args.model)
+    results = evaluate_tasks(model, tasks, data_dir=args.data_dir, split=args.split, batch_size=args.batch_size)
+    print(format_results(results))
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def format_results(results: dict[str, dict]) -> str:
+    lines = [f"{'task':<18}{'main_score':>12}  other metrics"]
+    for task, scores in results.items():
+        others = ", ".join(f"{k}={v:.2f}" for k, v in scores.items() if k != "main_score" and not k.startswith("num_"))
+        lines.append(f"{task:<18}{scores['main_score']:>12.2f}  {others}")
+    return "\n".join(lines)

@@ -1,0 +1,127 @@
+"""Training recipes: one dataclass whose fields come from a YAML/JSON file and/or CLI flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MIXED_PRECISION = ("no", "fp16", "bf16", "auto")
+
+
+@dataclass
+class TrainingRecipe:
+    """Everything a training run needs. Defaults: fine-tune the bundled all-MiniLM-L6-v2 with
+    MultipleNegativesRankingLoss on STS-B's high-scoring pairs, dev-evaluate on STS-B."""
+
+    model: str = "default"
+    datasets: list[str] = field(default_factory=lambda: ["stsb"])
+    loss: str = "mnrl"
+    loss_options: dict[str, Any] = field(default_factory=dict)
+    output_dir: str = "output/stsb-mnrl"
+    data_dir: str | None = None
+    epochs: float = 1.0
+    max_steps: int = -1
+    batch_size: int = 32
+    learning_rate: float = 2e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 42
+    max_seq_length: int | None = 128
+    max_train_samples: int | None = None
+    min_pair_score: float = 0.8
+    dev_task: str | None = "stsb"
+    eval_tasks: list[str] = field(default_factory=lambda: ["stsb"])
+    eval_steps: int = 50
+    save_steps: int = 50
+    save_total_limit: int = 2
+    logging_steps: int = 10
+    gradient_accumulation_steps: int = 1
+    gradient_checkpointing: bool = False
+    freeze_layers: int = 0
+    freeze_embeddings: bool = False
+    max_grad_norm: float = 1.0
+    mixed_precision: str = "no"
+    overwrite: bool = False
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Cheap checks of every field, before any model or data is loaded."""
+        positive_ints = ("batch_size", "eval_steps", "save_steps", "logging_steps", "gradient_accumulation_steps", "save_total_limit")
+        for name in positive_ints:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        if not isinstance(self.max_steps, int) or (self.max_steps < 1 and self.max_steps != -1):
+            raise ValueError(f"max_steps: expected a positive integer or -1 (use epochs), got {self.max_steps!r}")
+        if not self.epochs > 0:
+            raise ValueError(f"epochs: expected a positive number, got {self.epochs!r}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate: expected a positive number, got {self.learning_rate!r}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio: expected a value in [0, 1), got {self.warmup_ratio!r}")
+        if not 0 <= self.min_pair_score <= 1:
+            raise ValueError(f"min_pair_score: expected a value in [0, 1], got {self.min_pair_score!r}")
+        if self.max_seq_length is not None and self.max_seq_length < 2:
+            raise ValueError(f"max_seq_length: expected at least 2 tokens, got {self.max_seq_length!r}")
+        if self.max_train_samples is not None and self.max_train_samples < 1:
+            raise ValueError(f"max_train_samples: expected a positive integer, got {self.max_train_samples!r}")
+        if self.freeze_layers < 0:
+            raise ValueError(f"freeze_layers: expected a non-negative number of layers, got {self.freeze_layers!r}")
+        if self.max_grad_norm is not None and self.max_grad_norm < 0:
+            raise ValueError(f"max_grad_norm: expected a non-negative number, got {self.max_grad_norm!r}")
+        if self.mixed_precision not in MIXED_PRECISION:
+            raise ValueError(f"mixed_precision: expected one of {MIXED_PRECISION}, got {self.mixed_precision!r}")
+        if isinstance(self.datasets, str):
+            self.datasets = [name.strip() for name in self.datasets.split(",") if name.strip()]
+        if isinstance(self.eval_tasks, str):
+            self.eval_tasks = [name.strip() for name in self.eval_tasks.split(",") if name.strip()]
+        if not self.datasets:
+            raise ValueError("datasets: expected at least one training data set")
+        if not isinstance(self.loss_options, dict):
+            raise ValueError(f"loss_options: expected a mapping of keyword arguments, got {self.loss_options!r}")
+        if self.overwrite and self.resume:
+            raise ValueError("overwrite, resume: choose one: --overwrite starts afresh, --resume continues the last checkpoint")
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainingRecipe:
+        unknown = [key for key in values if key not in cls.field_names()]
+        if unknown:
+            key = unknown[0]
+            close = difflib.get_close_matches(key, cls.field_names(), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"recipe: unknown field {key!r}{hint}; fields are {', '.join(cls.field_names())}")
+        return cls(**values)
+
+    @classmethod
+    def from_file(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> TrainingRecipe:
+        """Read a ``.yaml``/``.yml``/``.json`` recipe; ``overrides`` (e.g. CLI flags) win."""
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"recipe: file not found: {path}")
+        text = path.read_text(encoding="utf-8")
+        if path.suffix.lower() == ".json":
+            values = json.loads(text)
+        elif path.suffix.lower() in (".yaml", ".yml"):
+            values = yaml.safe_load(text) or {}
+        else:
+            raise ValueError(f"recipe: expected a .yaml, .yml or .json file, got {path.name}")
+        if not isinstance(values, dict):
+            raise ValueError(f"recipe: {path} must hold a mapping of fields, got {type(values).__name__}")
+        values.update(overrides or {})
+        return cls.from_dict(values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -1,0 +1,163 @@
+"""Run training inside ``SentenceTransformerTrainer``: ``fit`` for any model/data/loss (used by
+the benchmarks), ``train`` for a whole recipe (used by ``contrastive-bert train``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from contrastive_bert.training.losses_registry import get_loss_entry
+from contrastive_bert.training.output_dir import CHECKPOINTS, FINAL_MODEL, RESULTS_FILE, prepare_output_dir
+from contrastive_bert.training.recipe import TrainingRecipe
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainingOutcome:
+    """What a recipe run produced: the trained model, scores before/after, and the log history."""
+
+    model: object
+    output_dir: str
+    before: dict = field(default_factory=dict)
+    after: dict = field(default_factory=dict)
+    log_history: list = field(default_factory=list)
+    train_seconds: float = 0.0
+
+
+def _precision_flags(mixed_precision: str) -> dict[str, bool]:
+    if mixed_precision == "no":
+        return {}
+    if not torch.cuda.is_available():
+        if mixed_precision == "auto":
+            return {}
+        raise ValueError(f"mixed_precision: {mixed_precision!r} needs a CUDA device; use 'no' or 'auto' on CPU")
+    if mixed_precision == "auto":
+        return {"bf16": True} if torch.cuda.is_bf16_supported() else {"fp16": True}
+    return {mixed_precision: True}
+
+
+def training_arguments(recipe: TrainingRecipe, output_dir: str, batch_sampler: str = "batch_sampler", has_evaluator: bool = True):
+    """``SentenceTransformerTrainingArguments`` from a recipe (checkpoints under ``output_dir``)."""
+    from sentence_transformers import SentenceTransformerTrainingArguments
+
+    return SentenceTransformerTrainingArguments(
+        output_dir=output_dir,
+        num_train_epochs=recipe.epochs,
+        max_steps=recipe.max_steps,
+        per_device_train_batch_size=recipe.batch_size,
+        per_device_eval_batch_size=recipe.batch_size,
+        learning_rate=recipe.learning_rate,
+        warmup_steps=recipe.warmup_ratio,  # a float < 1 is a ratio of the total steps (transformers v5)
+        weight_decay=recipe.weight_decay,
+        seed=recipe.seed,
+        data_seed=recipe.seed,
+        gradient_accumulation_steps=recipe.gradient_accumulation_steps,
+        gradient_checkpointing=recipe.gradient_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False} if recipe.gradient_checkpointing else None,
+        max_grad_norm=recipe.max_grad_norm if recipe.max_grad_norm is not None else 0.0,
+        eval_strategy="steps" if has_evaluator else "no",
+        eval_steps=recipe.eval_steps,
+        save_strategy="steps",
+        save_steps=recipe.save_steps,
+        save_total_limit=recipe.save_total_limit,
+        logging_steps=recipe.logging_steps,
+        batch_sampler=batch_sampler,
+        report_to="none",
+        dataloader_drop_last=True,
+        **_precision_flags(recipe.mixed_precision),
+    )
+
+
+def fit(
+    model,
+    train_dataset,
+    loss,
+    recipe: TrainingRecipe,
+    output_dir: str,
+    evaluator=None,
+    callbacks: list | None = None,
+    batch_sampler: str = "batch_sampler",
+    resume_from_checkpoint: str | None = None,
+):
+    """Train ``model`` on ``train_dataset`` with ``loss`` for the recipe's steps; returns the trainer."""
+    from sentence_transformers import SentenceTransformerTrainer
+
+    from contrastive_bert.training.freezing import freeze_layers
+
+    if recipe.max_seq_length is not None:
+        model.max_seq_length = recipe.max_seq_length
+    if recipe.freeze_layers or recipe.freeze_embeddings:
+        freeze_layers(model, recipe.freeze_layers, freeze_embeddings=recipe.freeze_embeddings or recipe.freeze_layers > 0)
+    args = training_arguments(recipe, output_dir, batch_sampler=batch_sampler, has_evaluator=evaluator is not None)
+    trainer = SentenceTransformerTrainer(
+        model=model, args=args, train_dataset=train_dataset, loss=loss, evaluator=evaluator, callbacks=callbacks
+    )
+    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    return trainer
+
+
+def check_recipe(recipe: TrainingRecipe):
+    """Every check that needs no model: loss, data sets and their formats, tasks, output folder.
+    Returns ``(loss_entry, checkpoint_to_resume)``."""
+    from contrastive_bert.evaluation.tasks import check_tasks
+    from contrastive_bert.training.train_data import check_train_datasets
+
+    recipe.validate()
+    entry = get_loss_entry(recipe.loss)
+    check_train_datasets(recipe.datasets, entry.data_format)
+    if recipe.eval_tasks:
+        check_tasks(recipe.eval_tasks)
+    if recipe.dev_task:
+        check_tasks([recipe.dev_task])
+    _precision_flags(recipe.mixed_precision)
+    checkpoint = prepare_output_dir(recipe.output_dir, overwrite=recipe.overwrite, resume=recipe.resume)
+    return entry, checkpoint
+
+
+def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutcome:
+    """Train per ``recipe``: evaluate before, train with checkpoints, save ``<output_dir>/final``,
+    evaluate after, and write ``<output_dir>/results.json``."""
+    from contrastive_bert.evaluation.tasks import evaluate_tasks
+    from contrastive_bert.models import load_model
+    from contrastive_bert.training.task_evaluator import TaskEvaluator
+    from contrastive_bert.training.train_data import build_train_dataset
+
+    entry, checkpoint = check_recipe(recipe)
+    output_dir = Path(recipe.output_dir)
+    train_dataset = build_train_dataset(
+        recipe.datasets, entry.data_format, data_dir=recipe.data_dir, min_pair_score=recipe.min_pair_score,
+        max_samples=recipe.max_train_samples, seed=recipe.seed,
+    )
+    evaluator = TaskEvaluator(recipe.dev_task, data_dir=recipe.data_dir) if recipe.dev_task else None
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2))
+
+    model = load_model(recipe.model)
+    if recipe.max_seq_length is not None:
+        model.max_seq_length = recipe.max_seq_length
+    before_file = output_dir / "scores_before.json"
+    if checkpoint and before_file.is_file():
+        before = json.loads(before_file.read_text())
+    else:
+        before = evaluate_tasks(model, recipe.eval_tasks, data_dir=recipe.data_dir) if recipe.eval_tasks else {}
+        before_file.write_text(json.dumps(before, indent=2))
+
+    loss = entry.build(model, train_dataset, recipe)
+    start = time.perf_counter()
+    trainer = fit(
+        model, train_dataset, loss, recipe, str(output_dir / CHECKPOINTS), evaluator=evaluator,
+        callbacks=callbacks, batch_sampler=entry.batch_sampler, resume_from_checkpoint=checkpoint,
+    )
+    seconds = time.perf_counter() - start
+    model.save(str(output_dir / FINAL_MODEL))
+    after = evaluate_tasks(model, recipe.eval_tasks, data_dir=recipe.data_dir) if recipe.eval_tasks else {}
+    results = {"recipe": recipe.to_dict(), "before": before, "after": after, "train_seconds": seconds,
+               "train_rows": len(train_dataset), "global_step": trainer.state.global_step}
+    (output_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2))
+    return TrainingOutcome(model, str(output_dir), before, after, trainer.state.log_history, seconds)
