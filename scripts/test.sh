@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set up .venv/ (if needed) and run the default test suite (slow tests excluded:
+# run them with `bash scripts/test.sh -m slow`). Data come from ../shared/data.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export CONTRASTIVE_BERT_DATA=${CONTRASTIVE_BERT_DATA:-$(cd .. && pwd)/shared/data}
+if [ "$#" -eq 0 ]; then set -- -m "not slow"; fi
+exec .venv/bin/python -m pytest -q "$@"
