@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -266,8 +266,9 @@ def _require_head(model: nn.Module) -> LabelEmbeddingClassifier:
     return head
 
 
-def _check_texts(texts: Sequence[str], name: str = "texts") -> list[str]:
-    if isinstance(texts, str) or not isinstance(texts, Sequence):
+def _check_texts(texts: Iterable[str], name: str = "texts") -> list[str]:
+    """Validate texts: a non-empty iterable (list, dataset column, ...) of strings, not one string."""
+    if isinstance(texts, str) or not isinstance(texts, Iterable):
         raise ValueError(f"{name}: expected a list of strings, got {type(texts).__name__}")
     texts = list(texts)
     if not texts:
@@ -302,7 +303,7 @@ def add_labels_from_names(
 
 
 @torch.no_grad()
-def predict_proba(model: nn.Module, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+def predict_proba(model: nn.Module, texts: Iterable[str], batch_size: int = 32) -> np.ndarray:
     """Softmax class probabilities (n, K) from the model's label head, in ``head.label_names`` order."""
     head = _require_head(model)
     texts = _check_texts(texts)
@@ -311,7 +312,7 @@ def predict_proba(model: nn.Module, texts: Sequence[str], batch_size: int = 32) 
     return torch.softmax(logits, dim=-1).cpu().numpy()
 
 
-def predict(model: nn.Module, texts: Sequence[str], batch_size: int = 32) -> list[str]:
+def predict(model: nn.Module, texts: Iterable[str], batch_size: int = 32) -> list[str]:
     """Predicted label name for each text (argmax of ``predict_proba``)."""
     head = _require_head(model)
     probabilities = predict_proba(model, texts, batch_size=batch_size)

@@ -1,0 +1,339 @@
+"""ACL-Embed (label-anchored supervised contrastive loss) with ACL-Grad (gradient-conflict gating).
+
+Loss = CE(logits, y) + lambda' * SupCon([h; l_1..l_K], [y; 0..K-1], tau)
+
+- ``h`` (B, d): sentence embeddings; ``l_k`` (K, d): rows of the model's
+  :class:`~contrastive_bert.heads.label_embedding.LabelEmbeddingClassifier` (the CE weight).
+  The head is a module of the SentenceTransformer, so it is saved with the model and in every
+  trainer checkpoint; the loss owns no parameters.
+- SupCon (Khosla et al. 2020, "L_out") on L2-normalised rows, averaged over the anchors that
+  have at least one positive: sample-sample, sample-label and label-label terms.
+- ``mode="supcon"``: plain SupCon over the samples only (CE + SCL baseline); ``mode="ce"``: CE only.
+- ACL-Grad (``gradient_gating=True``): lambda' = lambda if the angle between grad(CE) and
+  grad(SupCon) over the shared trainable parameters is <= ``angle_threshold`` degrees, else 0.
+
+How ACL-Grad fits the sentence-transformers trainer (which calls ``forward`` and then runs
+``backward`` on the returned loss itself): ``forward`` computes the two per-term gradients
+exactly with ``torch.autograd.grad`` (two passes over the graph instead of the trainer's one:
+one extra backward per step) and returns the loss values plus a surrogate
+``sum_p <p, g_p>`` (value 0) whose backward writes exactly the gated gradient g into ``p.grad``,
+so the trainer's loss scaling (gradient accumulation, fp16 GradScaler), clipping and DDP
+all-reduce apply unchanged; the trainer's own backward only touches the parameters.
+
+- Gradient accumulation: the decision is taken once per optimizer step on the gradients summed
+  over the micro-batches of the step (accelerate's ``sync_gradients`` marks the last one); the
+  earlier micro-batches contribute their CE gradient, the last adds lambda' x the summed
+  contrastive gradient. Outside an accelerate/Trainer loop every forward is its own step.
+- Mixed precision: per-term gradients are taken of the loss times a power-of-two scale (dynamic,
+  as a GradScaler) and divided back, exact in fp32/bf16 and safe from fp16 underflow; a
+  non-finite gradient halves the scale and is passed on, so the trainer's GradScaler skips the step.
+- DDP: the dot product and squared norms are all-reduced (summed over ranks) before the angle
+  is compared, so every rank takes the same decision.
+- Needs non-reentrant gradient checkpointing if checkpointing is on (``use_reentrant=False``).
+
+The per-step angles are kept in ``angle_history``; log them with
+:class:`contrastive_bert.training.gradient_angle.GradientAngleCallback`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from contrastive_bert.heads.label_embedding import LabelEmbeddingClassifier, attach_label_head, find_label_head
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ACLEmbedLoss", "supervised_contrastive_loss", "gradient_angle"]
+
+MODES = ("acl", "supcon", "ce")
+
+
+def supervised_contrastive_loss(embeddings: Tensor, labels: Tensor, temperature: float = 0.5) -> Tensor:
+    """SupCon ``L_out`` over L2-normalised rows.
+
+    Args:
+        embeddings: (M, d) rows to contrast (samples, optionally followed by label embeddings).
+        labels: (M,) integer classes; rows with equal labels are positives of each other.
+        temperature: tau in exp(cos / tau).
+
+    Returns:
+        Scalar: mean over anchors i with >= 1 positive of
+        ``-1/|P(i)| sum_{p in P(i)} log(exp(s_ip) / sum_{a != i} exp(s_ia))``; 0 (with graph) if none.
+    """
+    if embeddings.dim() != 2 or labels.dim() != 1 or labels.shape[0] != embeddings.shape[0]:
+        raise ValueError(
+            f"embeddings/labels: expected (M, d) and (M,), got {tuple(embeddings.shape)} and {tuple(labels.shape)}"
+        )
+    if not temperature > 0:
+        raise ValueError(f"temperature: must be > 0, got {temperature}")
+    z = F.normalize(embeddings.float(), p=2, dim=-1)
+    similarity = z @ z.T / temperature  # (M, M)
+    eye = torch.eye(similarity.shape[0], dtype=torch.bool, device=similarity.device)
+    log_denominator = torch.logsumexp(similarity.masked_fill(eye, float("-inf")), dim=1, keepdim=True)
+    log_prob = (similarity - log_denominator).masked_fill(eye, 0.0)
+    positives = (labels[:, None] == labels[None, :]) & ~eye
+    num_positives = positives.sum(dim=1)
+    has_positive = num_positives > 0
+    if not bool(has_positive.any()):
+        return similarity.sum() * 0.0
+    per_anchor = -(log_prob * positives).sum(dim=1) / num_positives.clamp(min=1)
+    return per_anchor[has_positive].mean()
+
+
+def gradient_angle(
+    grads_a: Sequence[Tensor | None], grads_b: Sequence[Tensor | None], reduce_distributed: bool = True
+) -> tuple[float, float, float, float]:
+    """Angle in degrees between two gradients over the parameters where both exist.
+
+    Args:
+        grads_a, grads_b: per-parameter gradients (same order); None = no gradient.
+        reduce_distributed: sum dot product and squared norms over ranks (DDP) first.
+
+    Returns:
+        (angle_degrees, cosine, |a|, |b|); the angle is nan if a norm is 0 or non-finite.
+    """
+    stats = torch.zeros(3, dtype=torch.float64)
+    device = None
+    for a, b in zip(grads_a, grads_b):
+        if a is None or b is None:
+            continue
+        a64, b64 = a.detach().double().flatten(), b.detach().double().flatten()
+        if device is None:
+            device = a64.device
+            stats = stats.to(device)
+        stats += torch.stack([a64 @ b64, a64 @ a64, b64 @ b64])
+    if reduce_distributed and torch.distributed.is_available() and torch.distributed.is_initialized():
+        if torch.distributed.get_world_size() > 1:
+            torch.distributed.all_reduce(stats, op=torch.distributed.ReduceOp.SUM)
+    dot, norm_a_sq, norm_b_sq = (float(x) for x in stats.cpu())
+    norm_a, norm_b = math.sqrt(max(norm_a_sq, 0.0)), math.sqrt(max(norm_b_sq, 0.0))
+    if not (norm_a > 0 and norm_b > 0) or not math.isfinite(norm_a * norm_b) or not math.isfinite(dot):
+        return float("nan"), float("nan"), norm_a, norm_b
+    cosine = max(-1.0, min(1.0, dot / (norm_a * norm_b)))
+    return math.degrees(math.acos(cosine)), cosine, norm_a, norm_b
+
+
+def _is_optimizer_sync_step() -> bool:
+    """True on the last micro-batch of an optimizer step (accelerate's ``sync_gradients``);
+    True outside an accelerate-driven loop."""
+    try:
+        from accelerate.state import GradientState
+    except ImportError:  # pragma: no cover - accelerate is a dependency of the trainer
+        return True
+    state = GradientState._shared_state
+    return bool(state.get("sync_gradients", True)) if state else True
+
+
+class ACLEmbedLoss(nn.Module):
+    """Cross-entropy + lambda x label-anchored supervised contrastive loss, with ACL-Grad gating.
+
+    Args:
+        model: SentenceTransformer; a ``LabelEmbeddingClassifier`` with ``label_names`` is appended
+            if it has none (an existing head must carry the same names in the same order).
+        label_names: the K >= 2 class names; dataset labels are ints in [0, K).
+        temperature: SupCon temperature tau.
+        contrastive_weight: lambda.
+        gradient_gating: ACL-Grad on/off.
+        angle_threshold: gamma_thres in degrees, in [0, 180].
+        mode: ``"acl"`` (label anchors), ``"supcon"`` (plain SupCon, no anchors) or ``"ce"`` (CE only).
+        head_scale: logit scale of a newly created head (cosine logits x scale).
+        initial_grad_scale: first power-of-two scale for the per-term gradients (see module doc).
+
+    Input: one text column, labels (B,) ints. Returns ``{"ce": ..., "contrastive": lambda * SupCon}``
+    (the objective's parts; with gating on, their gradient is the gated one).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        label_names: Sequence[str],
+        temperature: float = 0.5,
+        contrastive_weight: float = 0.02,
+        gradient_gating: bool = True,
+        angle_threshold: float = 90.0,
+        mode: Literal["acl", "supcon", "ce"] = "acl",
+        head_scale: float = 20.0,
+        initial_grad_scale: float = 2.0**16,
+    ) -> None:
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+        if not isinstance(temperature, (int, float)) or not temperature > 0:
+            raise ValueError(f"temperature: must be > 0, got {temperature!r}")
+        if not isinstance(contrastive_weight, (int, float)) or contrastive_weight < 0:
+            raise ValueError(f"contrastive_weight: must be >= 0, got {contrastive_weight!r}")
+        if not isinstance(angle_threshold, (int, float)) or not 0.0 <= angle_threshold <= 180.0:
+            raise ValueError(f"angle_threshold: must be in [0, 180] degrees, got {angle_threshold!r}")
+        if not initial_grad_scale > 0:
+            raise ValueError(f"initial_grad_scale: must be > 0, got {initial_grad_scale!r}")
+        self.model = model
+        head = attach_label_head(model, label_names, scale=head_scale)
+        self.label_names = list(head.label_names)
+        self.temperature = float(temperature)
+        self.contrastive_weight = float(contrastive_weight)
+        self.gradient_gating = bool(gradient_gating)
+        self.angle_threshold = float(angle_threshold)
+        self.mode = mode
+        self.grad_scale = float(2.0 ** round(math.log2(initial_grad_scale)))
+        self._finite_steps = 0
+        self._accumulated_ce: list[Tensor | None] | None = None
+        self._accumulated_contrastive: list[Tensor | None] | None = None
+        self.angle_history: list[dict[str, float | int | bool]] = []
+        self.single_class_batches = 0
+
+    # ----------------------------------------------------------------- helpers
+
+    @property
+    def head(self) -> LabelEmbeddingClassifier:
+        """The label head inside the model (looked up each time: the trainer may re-wrap the model)."""
+        head = find_label_head(self.model)
+        if head is None:
+            raise ValueError("model: the LabelEmbeddingClassifier was removed from the model")
+        return head
+
+    @property
+    def uses_contrastive(self) -> bool:
+        return self.mode != "ce" and self.contrastive_weight > 0
+
+    def _check_labels(self, labels: Tensor | None, num_labels: int) -> Tensor:
+        if labels is None:
+            raise ValueError("labels: ACLEmbedLoss needs integer class labels, got None")
+        labels = torch.as_tensor(labels)
+        if labels.dim() != 1 or labels.dtype.is_floating_point or labels.dtype == torch.bool:
+            raise ValueError(f"labels: expected a 1-D integer tensor, got dtype {labels.dtype} shape {tuple(labels.shape)}")
+        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_labels):
+            bad = sorted({int(x) for x in labels.tolist() if not 0 <= int(x) < num_labels})
+            raise ValueError(f"labels: values {bad} are outside the label set [0, {num_labels}) of label_names")
+        return labels
+
+    def contrastive_term(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        """SupCon over [embeddings (B, d); label embeddings (K, d)] (``acl``) or embeddings only (``supcon``)."""
+        if self.mode == "acl":
+            label_embeddings = self.head.label_embeddings(normalized=True).to(embeddings.dtype)
+            anchors = torch.arange(label_embeddings.shape[0], device=labels.device, dtype=labels.dtype)
+            embeddings = torch.cat([embeddings, label_embeddings], dim=0)
+            labels = torch.cat([labels, anchors], dim=0)
+        return supervised_contrastive_loss(embeddings, labels, self.temperature)
+
+    def compute_terms(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Forward the model; return (CE, SupCon or None), both scalars with graph."""
+        features = list(sentence_features)
+        if len(features) != 1:
+            raise ValueError(f"sentence_features: ACLEmbedLoss takes one text column, got {len(features)}")
+        output = self.model(features[0])
+        head = self.head
+        labels = self._check_labels(labels, head.num_labels).to(output["sentence_embedding"].device)
+        logits = output[head.module_output_name]
+        ce = F.cross_entropy(logits.float(), labels)
+        if not self.uses_contrastive:
+            return ce, None
+        if labels.numel() and int(labels.unique().numel()) < 2:
+            self.single_class_batches += 1
+            warnings.warn(
+                "ACLEmbedLoss: a training batch has a single class, so the contrastive term has no negatives "
+                "among samples; use batch_sampler=BatchSamplers.GROUP_BY_LABEL (see contrastive_bert.training.acl)",
+                UserWarning,
+                stacklevel=2,
+            )
+        return ce, self.contrastive_term(output["sentence_embedding"], labels)
+
+    # ----------------------------------------------------------------- forward
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor) -> dict[str, Tensor]:
+        ce, contrastive = self.compute_terms(sentence_features, labels)
+        if contrastive is None:
+            return {"ce": ce}
+        weighted = self.contrastive_weight * contrastive
+        if not (self.gradient_gating and torch.is_grad_enabled() and ce.requires_grad):
+            return {"ce": ce, "contrastive": weighted}
+        surrogate = self._gated_surrogate(ce, contrastive)
+        return {"ce": ce.detach() + (surrogate - surrogate.detach()), "contrastive": weighted.detach()}
+
+    def _gated_surrogate(self, ce: Tensor, contrastive: Tensor) -> Tensor:
+        """Per-term gradients, ACL-Grad decision, and a value-0 surrogate whose gradient is the gated one."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        scale = self.grad_scale
+        grads_ce = torch.autograd.grad(ce * scale, params, retain_graph=True, allow_unused=True)
+        grads_con = torch.autograd.grad(contrastive * scale, params, allow_unused=True)
+        grads_ce = [None if g is None else g / scale for g in grads_ce]
+        grads_con = [None if g is None else g / scale for g in grads_con]
+        finite = all(bool(torch.isfinite(g).all()) for g in (*grads_ce, *grads_con) if g is not None)
+        self._update_grad_scale(finite)
+
+        self._accumulated_ce = _add(self._accumulated_ce, grads_ce)
+        self._accumulated_contrastive = _add(self._accumulated_contrastive, grads_con)
+        coefficients: list[Tensor | None] = list(grads_ce)
+        if _is_optimizer_sync_step():
+            angle, cosine, norm_ce, norm_con = gradient_angle(self._accumulated_ce, self._accumulated_contrastive)
+            keep = angle <= self.angle_threshold  # False for nan
+            weight = self.contrastive_weight if keep else 0.0
+            if weight:
+                coefficients = [
+                    c if s is None else (s * weight if c is None else c + weight * s)
+                    for c, s in zip(coefficients, self._accumulated_contrastive)
+                ]
+            self.angle_history.append(
+                {
+                    "step": len(self.angle_history),
+                    "angle": angle,
+                    "cosine": cosine,
+                    "grad_norm_ce": norm_ce,
+                    "grad_norm_contrastive": norm_con,
+                    "gated": not keep,
+                    "weight": weight,
+                }
+            )
+            self._accumulated_ce = self._accumulated_contrastive = None
+        surrogate = ce.new_zeros(())
+        for param, coefficient in zip(params, coefficients):
+            if coefficient is not None:
+                surrogate = surrogate + (param * coefficient.to(param.dtype)).sum()
+        return surrogate
+
+    def _update_grad_scale(self, finite: bool) -> None:
+        """Dynamic power-of-two scale (GradScaler rules: halve on overflow, double after 2000 good steps)."""
+        if not finite:
+            self.grad_scale = max(self.grad_scale / 2.0, 1.0)
+            self._finite_steps = 0
+            logger.warning("ACLEmbedLoss: non-finite per-term gradient; scale reduced to %s", self.grad_scale)
+            return
+        self._finite_steps += 1
+        if self._finite_steps >= 2000 and self.grad_scale < 2.0**24:
+            self.grad_scale *= 2.0
+            self._finite_steps = 0
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {
+            "label_names": self.label_names,
+            "temperature": self.temperature,
+            "contrastive_weight": self.contrastive_weight,
+            "gradient_gating": self.gradient_gating,
+            "angle_threshold": self.angle_threshold,
+            "mode": self.mode,
+        }
+
+    @property
+    def citation(self) -> str:
+        return """
+@inproceedings{khosla2020supervised,
+    title={Supervised Contrastive Learning},
+    author={Khosla, Prannay and Teterwak, Piotr and Wang, Chen and Sarna, Aaron and Tian, Yonglong and Isola, Phillip and Maschinot, Aaron and Liu, Ce and Krishnan, Dilip},
+    booktitle={Advances in Neural Information Processing Systems},
+    year={2020}
+}
+"""
+
+
+def _add(total: list[Tensor | None] | None, grads: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """Element-wise sum of per-parameter gradient lists (None = no gradient)."""
+    if total is None:
+        return list(grads)
+    return [t if g is None else (g if t is None else t + g) for t, g in zip(total, grads)]

