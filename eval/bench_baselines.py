@@ -1,0 +1,77 @@
+"""The bar every contrastive_bert loss must beat: the bundled model untouched, and
+sentence-transformers' own MNRL and CoSENT fine-tunes of it, same steps and batch, 3 seeds.
+
+Recipe (fixed): bundled all-MiniLM-L6-v2; training data STS-B train + MRPC train
+(MNRL: positive pairs = STS-B score >= 4/5 and MRPC paraphrases; CoSENT: the scored pairs,
+MRPC labels as scores 0/1); STEPS optimizer steps at batch BATCH, lr 2e-5, 10% warmup,
+max_seq_length 64; scored on STS-B test (cosine Spearman x100).
+
+    python eval/bench_baselines.py [--steps 80] [--seeds 0 1 2] [--data-dir ../shared/data]
+
+Writes eval/results/baselines.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from contrastive_bert.benchmarking import mean_std, write_results
+from contrastive_bert.evaluation.tasks import evaluate_task
+from contrastive_bert.models import load_model
+from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
+from contrastive_bert.training.train_data import build_train_dataset
+
+RESULTS = Path(__file__).parent / "results" / "baselines.json"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=80)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--output", default=str(RESULTS))
+    args = parser.parse_args()
+
+    untrained = load_model("default")
+    reference = {
+        task: evaluate_task(untrained, task, data_dir=args.data_dir)
+        for task in ("stsb", "banking77", "emotion")
+    }
+    print({task: round(scores["main_score"], 2) for task, scores in reference.items()})
+
+    fine_tunes = {}
+    for loss_name in ("mnrl", "cosent"):
+        entry = get_loss_entry(loss_name)
+        runs = []
+        for seed in args.seeds:
+            recipe = TrainingRecipe(
+                datasets=["stsb", "mrpc"], loss=loss_name, max_steps=args.steps, batch_size=args.batch_size,
+                max_seq_length=64, seed=seed, save_steps=10**6, logging_steps=10, data_dir=args.data_dir,
+            )
+            train_dataset = build_train_dataset(recipe.datasets, entry.data_format, data_dir=args.data_dir, seed=seed)
+            model = load_model("default")
+            loss = entry.build(model, train_dataset, recipe)
+            start = time.perf_counter()
+            with tempfile.TemporaryDirectory() as output_dir:
+                fit(model, train_dataset, loss, recipe, output_dir, batch_sampler=entry.batch_sampler)
+            seconds = time.perf_counter() - start
+            score = evaluate_task(model, "stsb", data_dir=args.data_dir)["main_score"]
+            print(f"{loss_name} seed {seed}: STS-B test {score:.2f} ({seconds:.0f} s)")
+            runs.append({"seed": seed, "stsb_test": score, "train_seconds": seconds, "train_rows": len(train_dataset)})
+        fine_tunes[loss_name] = {"runs": runs, "stsb_test": mean_std([r["stsb_test"] for r in runs])}
+
+    write_results(args.output, {
+        "recipe": {"model": "default (all-MiniLM-L6-v2)", "train": ["stsb", "mrpc"], "steps": args.steps,
+                   "batch_size": args.batch_size, "learning_rate": 2e-5, "max_seq_length": 64, "seeds": args.seeds},
+        "untrained": reference,
+        "fine_tuned": fine_tunes,
+    })
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
