@@ -311,3 +311,22 @@ def test_short_training_lowers_the_loss_and_saves_the_head(tiny_model, tmp_path)
     predictions = predict(reloaded, list(dataset["text"]))
     accuracy = sum(LABELS.index(p) == y for p, y in zip(predictions, dataset["label"])) / len(dataset)
     assert accuracy > 0.6
+
+
+def test_registry_builds_acl_from_classlabel_names(tiny_model):
+    from datasets import ClassLabel, Dataset, Features, Value
+
+    from contrastive_bert.training.losses_registry import get_loss_entry
+
+    features = Features({"text": Value("string"), "label": ClassLabel(names=LABELS)})
+    dataset = Dataset.from_dict({"text": TEXTS, "label": Y}, features=features)
+    entry = get_loss_entry("acl")
+    assert entry.data_format == "labelled" and entry.batch_sampler == "group_by_label"
+
+    class Recipe:
+        loss_options = {"contrastive_weight": 0.05, "mode": "supcon"}
+
+    loss = entry.build(tiny_model, dataset, Recipe())
+    assert loss.label_names == LABELS and loss.mode == "supcon" and loss.contrastive_weight == 0.05
+    with pytest.raises(ValueError, match="train_dataset: column 'label' is not a ClassLabel"):
+        entry.build(tiny_model, Dataset.from_dict({"text": TEXTS, "label": Y}), Recipe())

@@ -51,7 +51,7 @@ from contrastive_bert.heads.label_embedding import LabelEmbeddingClassifier, att
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ACLEmbedLoss", "supervised_contrastive_loss", "gradient_angle"]
+__all__ = ["ACLEmbedLoss", "build_acl_loss", "dataset_label_names", "supervised_contrastive_loss", "gradient_angle"]
 
 MODES = ("acl", "supcon", "ce")
 
@@ -337,3 +337,21 @@ def _add(total: list[Tensor | None] | None, grads: Sequence[Tensor | None]) -> l
     if total is None:
         return list(grads)
     return [t if g is None else (g if t is None else t + g) for t, g in zip(total, grads)]
+
+
+def dataset_label_names(dataset: Any, label_column: str = "label") -> list[str]:
+    """Class names of a ``datasets.Dataset`` whose ``label_column`` is a ``ClassLabel``."""
+    feature = getattr(dataset, "features", {}).get(label_column) if hasattr(dataset, "features") else None
+    names = getattr(feature, "names", None)
+    if not names:
+        raise ValueError(
+            f"train_dataset: column {label_column!r} is not a ClassLabel with names; pass label_names explicitly"
+        )
+    return list(names)
+
+
+def build_acl_loss(model: nn.Module, train_dataset: Any, label_names: Sequence[str] | None = None, **options: Any) -> ACLEmbedLoss:
+    """``ACLEmbedLoss`` for a labelled dataset (``text``, ``label``); label names from its ClassLabel
+    unless given. ``options`` are ``ACLEmbedLoss`` keyword arguments (the registry's ``acl``)."""
+    names = list(label_names) if label_names is not None else dataset_label_names(train_dataset)
+    return ACLEmbedLoss(model, names, **options)

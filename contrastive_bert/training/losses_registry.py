@@ -82,3 +82,12 @@ def _queue_infonce(model, train_dataset, recipe):  # issue 3
 
 
 register_loss(LossEntry("queue_infonce", "pairs", _queue_infonce, "no_duplicates", "InfoNCE + FIFO embedding queue + mined hard negatives (loss_options: queue_size, temperature, num_hard_negatives, hard_negative_share, momentum, cached, ...)"))
+
+
+def _acl(model, train_dataset, recipe):  # issue 4
+    from contrastive_bert.losses.acl_embed import build_acl_loss
+
+    return build_acl_loss(model, train_dataset, **recipe.loss_options)
+
+
+register_loss(LossEntry("acl", "labelled", _acl, "group_by_label", "CE + lambda x label-anchored SupCon with ACL-Grad gating; head saved with the model (loss_options: temperature, contrastive_weight, gradient_gating, angle_threshold, mode=acl|supcon|ce)"))
