@@ -74,6 +74,18 @@ def training_arguments(recipe: TrainingRecipe, output_dir: str, batch_sampler: s
     )
 
 
+def loss_callbacks(loss, resume_from_checkpoint: str | None = None) -> list:
+    """Trainer callbacks a loss needs: its queue saved into every checkpoint and restored on
+    resume (the ST trainer saves only the model), plus whatever the loss asks for through a
+    ``trainer_callbacks()`` method (e.g. gradient-angle logging)."""
+    from contrastive_bert.training.queue_checkpoint import queue_callbacks
+
+    callbacks = queue_callbacks(loss, resume_from_checkpoint)
+    if hasattr(loss, "trainer_callbacks"):
+        callbacks += list(loss.trainer_callbacks())
+    return callbacks
+
+
 def fit(
     model,
     train_dataset,
@@ -95,6 +107,7 @@ def fit(
     if recipe.freeze_layers or recipe.freeze_embeddings:
         freeze_layers(model, recipe.freeze_layers, freeze_embeddings=recipe.freeze_embeddings or recipe.freeze_layers > 0)
     args = training_arguments(recipe, output_dir, batch_sampler=batch_sampler, has_evaluator=evaluator is not None)
+    callbacks = list(callbacks or []) + loss_callbacks(loss, resume_from_checkpoint)
     trainer = SentenceTransformerTrainer(
         model=model, args=args, train_dataset=train_dataset, loss=loss, evaluator=evaluator, callbacks=callbacks
     )
