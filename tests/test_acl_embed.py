@@ -330,3 +330,12 @@ def test_registry_builds_acl_from_classlabel_names(tiny_model):
     assert loss.label_names == LABELS and loss.mode == "supcon" and loss.contrastive_weight == 0.05
     with pytest.raises(ValueError, match="train_dataset: column 'label' is not a ClassLabel"):
         entry.build(tiny_model, Dataset.from_dict({"text": TEXTS, "label": Y}), Recipe())
+
+
+def test_trainer_callbacks_only_with_gating(tiny_model):
+    from contrastive_bert.training.gradient_angle import GradientAngleCallback
+
+    callbacks = ACLEmbedLoss(tiny_model, LABELS).trainer_callbacks()
+    assert len(callbacks) == 1 and isinstance(callbacks[0], GradientAngleCallback)
+    assert ACLEmbedLoss(tiny_model, LABELS, gradient_gating=False).trainer_callbacks() == []
+    assert ACLEmbedLoss(tiny_model, LABELS, mode="ce").trainer_callbacks() == []

@@ -310,6 +310,15 @@ class ACLEmbedLoss(nn.Module):
             self.grad_scale *= 2.0
             self._finite_steps = 0
 
+    def trainer_callbacks(self) -> list:
+        """Callbacks the training runner adds: gradient-angle logging when ACL-Grad is on.
+        (``angle_threshold=180`` logs the angle without ever gating a finite one.)"""
+        if not (self.gradient_gating and self.uses_contrastive):
+            return []
+        from contrastive_bert.training.gradient_angle import GradientAngleCallback
+
+        return [GradientAngleCallback(self)]
+
     def get_config_dict(self) -> dict[str, Any]:
         return {
             "label_names": self.label_names,
