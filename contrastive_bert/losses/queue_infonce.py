@@ -94,7 +94,7 @@ class QueueInfoNCELoss(nn.Module):
         max_score: float | None = None,
         filter_same_label: bool = False,
         filter_queue_negatives: bool = True,
-        hardness_schedule: HardnessSchedule | None = None,
+        hardness_schedule: HardnessSchedule | dict[str, Any] | None = None,
         mining_backend: Literal["auto", "faiss", "torch"] = "auto",
         mining_index: Literal["flat", "ivf", "hnsw"] = "flat",
         use_gpu_index: bool | None = None,
@@ -172,6 +172,10 @@ class QueueInfoNCELoss(nn.Module):
         self.max_score = max_score
         self.filter_same_label = filter_same_label
         self.filter_queue_negatives = filter_queue_negatives
+        if isinstance(hardness_schedule, dict):  # from a YAML/JSON recipe
+            hardness_schedule = HardnessSchedule(**hardness_schedule)
+        if hardness_schedule is not None and not isinstance(hardness_schedule, HardnessSchedule):
+            raise ValueError(f"hardness_schedule: expected a HardnessSchedule or dict, got {type(hardness_schedule).__name__}")
         self.hardness_schedule = hardness_schedule or HardnessSchedule()
         self.mining_backend = mining_backend
         self.mining_index = mining_index

@@ -19,7 +19,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["QUEUE_STATE_NAME", "QueueCheckpointCallback", "load_queue_state", "save_queue_state"]
+__all__ = ["QUEUE_STATE_NAME", "QueueCheckpointCallback", "load_queue_state", "queue_callbacks", "save_queue_state"]
 
 QUEUE_STATE_NAME = "queue_state.pt"
 
@@ -100,3 +100,11 @@ class QueueCheckpointCallback(TrainerCallback):
         directory = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         if os.path.isdir(directory):
             save_queue_state(self.loss, directory)
+
+
+def queue_callbacks(loss: nn.Module | dict[str, nn.Module], resume_from_checkpoint: str | None = None) -> list[TrainerCallback]:
+    """``[QueueCheckpointCallback(loss)]`` when ``loss`` holds a queue, else ``[]`` (for generic runners)."""
+    try:
+        return [QueueCheckpointCallback(loss, resume_from_checkpoint)]
+    except ValueError:
+        return []
