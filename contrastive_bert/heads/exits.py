@@ -130,6 +130,8 @@ class MultiExitHeads(Module):
         "exit_dim",
         "num_heads",
         "dropout",
+        "scale",
+        "cosine",
     ]
 
     def __init__(
@@ -144,6 +146,8 @@ class MultiExitHeads(Module):
         exit_dim: int = 64,
         num_heads: int = 4,
         dropout: float = 0.1,
+        scale: float = 20.0,
+        cosine: bool = True,
     ) -> None:
         super().__init__()
         if num_layers < 1:
@@ -168,19 +172,25 @@ class MultiExitHeads(Module):
         self.exit_dim = exit_dim
         self.num_heads = num_heads
         self.dropout = dropout
+        self.scale = float(scale)
+        self.cosine = bool(cosine)
         self.exits = nn.ModuleDict({str(m): self._make_exit(m) for m in self.exit_layers})
 
     def _make_exit(self, layer: int) -> nn.Module:
         if self.head_type == "linear" or layer == self.num_layers:
-            return LinearExit(self.in_features, self.label_names, self.pooling, self.normalize)
-        return MHAExit(
-            self.in_features,
-            self.label_names,
-            exit_dim=self.exit_dim,
-            num_heads=self.num_heads,
-            dropout=self.dropout,
-            normalize=self.normalize,
-        )
+            head = LinearExit(self.in_features, self.label_names, self.pooling, self.normalize)
+        else:
+            head = MHAExit(
+                self.in_features,
+                self.label_names,
+                exit_dim=self.exit_dim,
+                num_heads=self.num_heads,
+                dropout=self.dropout,
+                normalize=self.normalize,
+            )
+        head.classifier.scale = self.scale
+        head.classifier.normalize = self.cosine
+        return head
 
     @property
     def intermediate_layers(self) -> list[int]:
@@ -278,7 +288,7 @@ def _check_expected_layers(heads: MultiExitHeads, exit_layers: Sequence[int] | N
 
 def transformer_module(model: nn.Module) -> nn.Module:
     """The sentence-transformers ``Transformer`` module (first module) of ``model``."""
-    first = model[0]
+    first = _unwrap(model)[0]
     if not hasattr(first, "auto_model"):
         raise ValueError("model: the first module must be a sentence-transformers Transformer")
     return first
@@ -314,20 +324,77 @@ def add_exit_heads(
             pooling = "cls" if "cls" in mode else "mean"
         if type(module).__name__ == "Normalize":
             normalize = True
+    from contrastive_bert.heads.label_embedding import find_label_head
+
     kwargs.setdefault("pooling", pooling)
     kwargs.setdefault("normalize", normalize)
+    label_head = find_label_head(model)
+    if label_head is not None and list(label_head.label_names) == list(label_names):
+        kwargs.setdefault("scale", label_head.scale)
+        kwargs.setdefault("cosine", label_head.normalize)
     heads = MultiExitHeads(hidden, label_names, encoder_num_layers(model), exit_layers, head_type, **kwargs)
+    if label_head is not None and list(label_head.label_names) == heads.label_names:
+        copy_label_head(heads, label_head)  # the trained final classifier becomes the final exit
     device = next(transformer.parameters()).device
-    model.append(heads.to(device))
+    _unwrap(model).append(heads.to(device))
     return heads
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The SentenceTransformer behind DDP / DataParallel / torch.compile wrappers."""
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+            model = model.module
+        else:
+            return model
 
 
 def find_exit_heads(model: nn.Module) -> MultiExitHeads | None:
     """The model's :class:`MultiExitHeads` module, or None."""
-    for module in model:
+    for module in _unwrap(model).children():
         if isinstance(module, MultiExitHeads):
             return module
     return None
+
+
+def remove_exit_heads(model: nn.Module) -> MultiExitHeads | None:
+    """Remove the exit heads from ``model`` (to attach others); returns the removed module or None."""
+    base = _unwrap(model)
+    heads = find_exit_heads(base)
+    if heads is not None:
+        base._modules = type(base._modules)(
+            (str(i), module) for i, module in enumerate(m for m in base._modules.values() if m is not heads)
+        )
+    return heads
+
+
+@torch.no_grad()
+def copy_label_head(heads: MultiExitHeads, label_head: LabelEmbeddingClassifier, layers: Sequence[int] | None = None) -> None:
+    """Copy a trained label head (weight, scale, cosine/linear form) into the linear exits on
+    ``layers`` (default: the final exit only), e.g. stage 1's ACL-Embed head into the final exit."""
+    if list(label_head.label_names) != heads.label_names:
+        raise ValueError(
+            f"label_head: its {len(label_head.label_names)} label names differ from the exit heads' "
+            f"{len(heads.label_names)} label names (names and order must match)"
+        )
+    if (label_head.scale, label_head.normalize) != (heads.scale, heads.cosine):
+        raise ValueError(
+            f"label_head: scale={label_head.scale}, normalize={label_head.normalize} differ from the exit heads' "
+            f"scale={heads.scale}, cosine={heads.cosine}"
+        )
+    for layer in [heads.num_layers] if layers is None else layers:
+        exit_head = heads.exit(layer)
+        if not isinstance(exit_head, LinearExit) or exit_head.classifier.in_features != label_head.in_features:
+            raise ValueError(f"layers: the exit on layer {layer} is not a linear exit of width {label_head.in_features}")
+        exit_head.classifier.weight.copy_(label_head.weight)
+
+
+def tie_exits_to_label_head(heads: MultiExitHeads, label_head: LabelEmbeddingClassifier) -> None:
+    """Give every (linear) exit a copy of one shared label head: the AdaptiveLayerLoss baseline,
+    where one classifier reads the pooled embedding of any layer."""
+    copy_label_head(heads, label_head, heads.exit_layers)
 
 
 def get_exit_heads(model: nn.Module, exit_layers: Sequence[int] | None = None) -> MultiExitHeads:
@@ -361,3 +428,38 @@ def exit_outputs(model: nn.Module, features: dict[str, Any]) -> dict[str, Any]:
     get_exit_heads(model)
     with hidden_states_enabled(model):
         return model(features)
+
+
+EXIT_HEADS_FOLDER = "exit_heads"
+
+
+def save_multi_exit_model(model: nn.Module, path: str | os.PathLike) -> None:
+    """Save ``model`` so that ``SentenceTransformer(path)`` loads the plain embedding model (the exit
+    heads are not listed in ``modules.json``) and :func:`load_multi_exit_model` restores the exits
+    from ``path/exit_heads``."""
+    base = _unwrap(model)
+    heads = get_exit_heads(base)
+    original = base._modules
+    base._modules = type(original)(
+        (str(i), module) for i, module in enumerate(m for m in original.values() if m is not heads)
+    )
+    try:
+        base.save(str(path))
+    finally:
+        base._modules = original
+    save_exit_heads(heads, os.path.join(path, EXIT_HEADS_FOLDER))
+
+
+def load_multi_exit_model(
+    path: str | os.PathLike, exit_layers: Sequence[int] | None = None, device: str | None = None
+) -> nn.Module:
+    """Load a model saved by :func:`save_multi_exit_model` (or by ``model.save`` with the heads as a
+    module) with its exit heads. ``exit_layers``: the expected exit layers (ValueError on mismatch)."""
+    from contrastive_bert.heads.label_embedding import load_model_with_head
+
+    model = load_model_with_head(str(path), device=device)
+    if find_exit_heads(model) is None:
+        heads = load_exit_heads(os.path.join(path, EXIT_HEADS_FOLDER))
+        model.append(heads.to(next(model.parameters()).device))
+    get_exit_heads(model, exit_layers)
+    return model

@@ -1,0 +1,189 @@
+"""ACL-CL / KD / CE multi-exit losses: hand-checked values, gradients, training paths, errors."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from contrastive_bert.heads.exits import add_exit_heads, exit_outputs, get_exit_heads
+from contrastive_bert.losses import CrossLayerLoss, cross_layer_contrastive_loss, logit_kd_loss
+from contrastive_bert.losses.acl_embed import supervised_contrastive_loss
+
+LABELS = ["a", "b", "c"]
+TEXTS = ["the card never arrived", "how do I top up", "great service thanks", "my pin is blocked",
+         "top up failed", "card arrived broken"]
+
+
+@pytest.fixture(scope="module")
+def _tiny4_session(tmp_path_factory):
+    from conftest import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny4_cl"), num_layers=4)
+
+
+@pytest.fixture()
+def tiny4(_tiny4_session):
+    return copy.deepcopy(_tiny4_session)
+
+
+def test_cross_layer_contrastive_by_hand():
+    # rows: s=[1,0] (y=0), l_s=[[1,0],[0,1]], t=[1,0] (y=0), l_t=[[1,0],[0,1]], tau=1
+    e1, e2 = torch.tensor([[1.0, 0.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    loss = cross_layer_contrastive_loss(e1, e2, e1.clone(), e2.clone(), torch.tensor([0]), temperature=1.0)
+    # 4 class-0 rows (identical): 3 positives at cos 1, 2 negatives at cos 0 -> log(3e + 2) - 1
+    # 2 class-1 rows: 1 positive at cos 1, 4 negatives at cos 0 -> log(e + 4) - 1
+    expected = (4 * (math.log(3 * math.e + 2) - 1) + 2 * (math.log(math.e + 4) - 1)) / 6
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_cross_layer_contrastive_is_supcon_of_augmented_batch():
+    torch.manual_seed(0)
+    s, t = torch.randn(5, 4), torch.randn(5, 4)
+    ls, lt = torch.randn(3, 4), torch.randn(3, 4)
+    y = torch.tensor([0, 1, 2, 0, 1])
+    k = torch.arange(3)
+    expected = supervised_contrastive_loss(torch.cat([s, ls, t, lt]), torch.cat([y, k, y, k]), 0.5)
+    torch.testing.assert_close(cross_layer_contrastive_loss(s, ls, t, lt, y, 0.5), expected)
+    with pytest.raises(ValueError, match="teacher_embeddings"):
+        cross_layer_contrastive_loss(s, ls, t[:, :2], lt, y)
+
+
+def test_logit_kd_by_hand():
+    student = torch.tensor([[0.0, 0.0]])
+    teacher = torch.tensor([[math.log(3.0), 0.0]])  # p_t = [0.75, 0.25], p_s = [0.5, 0.5]
+    expected = 0.75 * math.log(0.75 / 0.5) + 0.25 * math.log(0.25 / 0.5)
+    assert logit_kd_loss(student, teacher, temperature=1.0).item() == pytest.approx(expected, rel=1e-6)
+    # T^2 scaling: at T=2 the logits halve
+    t2 = 0.5 * math.log(3.0)
+    p = torch.tensor([math.exp(t2), 1.0]) / (math.exp(t2) + 1.0)
+    expected2 = 4 * float((p * torch.log(p / 0.5)).sum())
+    assert logit_kd_loss(student, teacher, temperature=2.0).item() == pytest.approx(expected2, rel=1e-5)
+    assert logit_kd_loss(teacher, teacher).item() == pytest.approx(0.0, abs=1e-7)
+
+
+def _outputs(model):
+    model.eval()
+    features = model.preprocess(TEXTS)
+    return exit_outputs(model, features)
+
+
+@pytest.mark.parametrize("method", ["ce", "kd", "acl_cl"])
+def test_loss_parts_match_definitions(tiny4, method):
+    heads = add_exit_heads(tiny4, LABELS, exit_layers=[1, 2], head_type="mha")
+    labels = torch.tensor([0, 1, 2, 0, 1, 2])
+    out = _outputs(tiny4)
+    emb, logits = out["exit_embeddings"], out["exit_logits"]
+    loss = CrossLayerLoss(tiny4, method=method, distill_weight=0.7, final_contrastive_weight=0.1)
+    parts = loss.compute_loss_from_outputs(emb, logits, labels)
+    l_final = heads.final_exit.classifier.label_embeddings(normalized=True)
+    final = F.cross_entropy(logits[4], labels) + 0.1 * supervised_contrastive_loss(
+        torch.cat([emb[4], l_final]), torch.cat([labels, torch.arange(3)]), 0.5
+    )
+    torch.testing.assert_close(parts["final"], final)
+    torch.testing.assert_close(parts["exit_ce"], sum(F.cross_entropy(logits[m], labels) for m in (1, 2)))
+    if method == "ce":
+        assert "distill" not in parts
+        return
+    if method == "kd":
+        distill = sum(logit_kd_loss(logits[m], logits[4], 2.0) for m in (1, 2))
+    else:
+        distill = sum(
+            cross_layer_contrastive_loss(emb[m], heads.exit(m).classifier.label_embeddings(normalized=True),
+                                         emb[4], l_final, labels, 0.5)
+            for m in (1, 2)
+        )
+    torch.testing.assert_close(parts["distill"], 0.7 * distill)
+
+
+def test_teacher_detached_in_distillation(tiny4):
+    add_exit_heads(tiny4, LABELS, exit_layers=[1])
+    labels = torch.tensor([0, 1, 2, 0, 1, 2])
+    out = _outputs(tiny4)
+    loss = CrossLayerLoss(tiny4, method="acl_cl")
+    parts = loss.compute_loss_from_outputs(out["exit_embeddings"], out["exit_logits"], labels)
+    final_weight = get_exit_heads(tiny4).final_exit.classifier.weight
+    grad = torch.autograd.grad(parts["distill"], final_weight, allow_unused=True)[0]
+    assert grad is None or torch.count_nonzero(grad) == 0
+    student_weight = get_exit_heads(tiny4).exit(1).classifier.weight
+    assert torch.count_nonzero(torch.autograd.grad(parts["distill"], student_weight)[0]) > 0
+
+
+def test_stage2_trains_only_intermediate_exits(tiny4):
+    from datasets import Dataset
+
+    from contrastive_bert.training.multi_exit import freeze_for_stage2, train_with_trainer
+
+    heads = add_exit_heads(tiny4, LABELS, exit_layers=[1, 2], head_type="linear")
+    before = {name: p.detach().clone() for name, p in tiny4.named_parameters()}
+    trainable = freeze_for_stage2(tiny4)
+    assert trainable and all(".exits.1." in n or ".exits.2." in n for n in trainable)
+    data = Dataset.from_dict({"text": TEXTS * 2, "label": [0, 1, 2] * 4})
+    loss = CrossLayerLoss(tiny4, method="acl_cl", train_final=False)
+    train_with_trainer(tiny4, data, loss, max_steps=2, batch_size=6, learning_rate=1e-2)
+    for name, p in tiny4.named_parameters():
+        if name not in trainable:
+            assert torch.equal(p.detach(), before[name]), f"frozen parameter {name} changed"
+    assert any(not torch.equal(p.detach(), before[n]) for n, p in tiny4.named_parameters() if n in trainable)
+    assert heads.exit_layers == [1, 2, 4]
+
+
+def test_joint_training_and_adaptive_layer_baseline_run(tiny4):
+    from datasets import Dataset
+
+    from contrastive_bert.losses.cross_layer import adaptive_layer_baseline
+    from contrastive_bert.training.multi_exit import train_with_trainer
+
+    data = Dataset.from_dict({"text": TEXTS * 2, "label": [0, 1, 2] * 4})
+    baseline_model = copy.deepcopy(tiny4)
+    add_exit_heads(tiny4, LABELS, exit_layers=[2], head_type="mha")
+    before = tiny4[0].auto_model.encoder.layer[0].output.dense.weight.detach().clone()
+    loss = CrossLayerLoss(tiny4, method="kd")
+    train_with_trainer(tiny4, data, loss, max_steps=2, batch_size=6, learning_rate=1e-3)
+    assert not torch.equal(before, tiny4[0].auto_model.encoder.layer[0].output.dense.weight)  # backbone trained
+    adaptive = adaptive_layer_baseline(baseline_model, LABELS)
+    train_with_trainer(baseline_model, data, adaptive, max_steps=2, batch_size=6, learning_rate=1e-3)
+
+
+def test_cached_stage2_learns_and_cache_matches_hf(tiny4):
+    from contrastive_bert.training.multi_exit import LayerStateCache, evaluate_exits, train_stage2_on_cache
+
+    # the tiny fixture's tokenizer maps words to [UNK]: the class is told by the text length
+    texts = [" ".join(["word"] * n) for _ in range(12) for n in (1, 4, 9)]
+    labels = [0, 1, 2] * 12
+    cache = LayerStateCache(tiny4, texts, labels, layers=[1, 2, 3, 4], batch_size=8)
+    features = tiny4.preprocess(texts[:5])
+    tiny4.eval()
+    with torch.no_grad():
+        hf = tiny4[0].auto_model(input_ids=features["input_ids"], attention_mask=features["attention_mask"],
+                                 output_hidden_states=True).hidden_states
+    states, mask, _ = cache.batch(range(5))
+    torch.testing.assert_close(states[2] * mask[..., None], (hf[2] * features["attention_mask"][..., None])[:, : mask.shape[1]],
+                               atol=2e-3, rtol=2e-3)  # fp16 cache
+    heads = train_stage2_on_cache(tiny4, cache, LABELS, head_type="linear", method="acl_cl", exit_layers=[1, 2],
+                                  max_steps=60, batch_size=12, learning_rate=5e-2)
+    accuracy = evaluate_exits(heads, cache)
+    assert accuracy[2] > 60.0  # the length decides the class: the exit learns it (chance is 33%)
+
+
+def test_bad_arguments(tiny4):
+    with pytest.raises(ValueError, match="model: has no exit heads"):
+        CrossLayerLoss(tiny4)
+    add_exit_heads(tiny4, LABELS, exit_layers=[1])
+    with pytest.raises(ValueError, match="method"):
+        CrossLayerLoss(tiny4, method="mse")
+    with pytest.raises(ValueError, match="distill_weight"):
+        CrossLayerLoss(tiny4, distill_weight=-1)
+    with pytest.raises(ValueError, match="temperature"):
+        CrossLayerLoss(tiny4, temperature=0)
+    with pytest.raises(ValueError, match="exit_weights"):
+        CrossLayerLoss(tiny4, exit_weights={3: 1.0})
+    loss = CrossLayerLoss(tiny4)
+    out = _outputs(tiny4)
+    with pytest.raises(ValueError, match="labels"):
+        loss.compute_loss_from_outputs(out["exit_embeddings"], out["exit_logits"], torch.tensor([0, 1, 2, 3, 0, 1]))
+    with pytest.raises(ValueError, match="labels"):
+        loss.compute_loss_from_outputs(out["exit_embeddings"], out["exit_logits"], torch.ones(6))

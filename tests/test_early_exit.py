@@ -1,0 +1,227 @@
+"""Early-exit inference: layer-wise equality with HF, equality with the full model when nothing
+exits, per-example consistency when rows are dropped, measured compute saving, criteria, errors, CLI."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+from contrastive_bert.heads.exits import add_exit_heads, exit_outputs, save_multi_exit_model
+from contrastive_bert.inference.early_exit import (
+    EarlyExitClassifier,
+    LayerwiseEncoder,
+    exit_decision,
+    sweep_thresholds,
+)
+
+LABELS = ["a", "b", "c"]
+# the tiny fixture's tokenizer maps words to [UNK]: lengths make the examples differ
+TEXTS = [" ".join(["word"] * n) for n in (1, 7, 3, 12, 2, 5, 9, 4, 15, 6, 1, 8)]
+
+
+@pytest.fixture(scope="module")
+def _multi_exit_session(tmp_path_factory):
+    from conftest import build_tiny_model
+
+    model = build_tiny_model(tmp_path_factory.mktemp("tiny4_ee"), num_layers=4)
+    torch.manual_seed(3)
+    add_exit_heads(model, LABELS, exit_layers=[1, 2, 3], head_type="mha")
+    return model.eval()
+
+
+@pytest.fixture()
+def multi_exit(_multi_exit_session):
+    return copy.deepcopy(_multi_exit_session)
+
+
+def test_layerwise_encoder_equals_hf_hidden_states(multi_exit):
+    features = multi_exit.preprocess(TEXTS)
+    encoder = LayerwiseEncoder(multi_exit[0].auto_model)
+    with torch.no_grad():
+        ours = encoder.all_hidden_states(features["input_ids"], features["attention_mask"], features["token_type_ids"])
+        hf = multi_exit[0].auto_model(
+            input_ids=features["input_ids"], attention_mask=features["attention_mask"],
+            token_type_ids=features["token_type_ids"], output_hidden_states=True,
+        ).hidden_states
+    assert len(ours) == len(hf) == 5
+    for a, b in zip(ours, hf):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "criterion, threshold, patience", [("confidence", 1.0, 2), ("margin", 1.0, 2), ("patience", None, 5), ("none", None, 2)]
+)
+def test_no_early_exit_equals_full_model(multi_exit, criterion, threshold, patience):
+    classifier = EarlyExitClassifier(multi_exit, criterion, threshold, patience=patience, batch_size=5)
+    early = classifier.predict(TEXTS)
+    full = classifier.predict_full(TEXTS)
+    assert (early.exit_layers == 4).all() and early.avg_layers == 4.0
+    assert (early.predictions == full.predictions).all()
+    torch.testing.assert_close(torch.from_numpy(early.probabilities), torch.from_numpy(full.probabilities),
+                               atol=1e-5, rtol=1e-5)
+    # and both equal the ST forward through the exit heads (final exit)
+    with torch.no_grad():
+        logits = exit_outputs(multi_exit, multi_exit.preprocess(TEXTS))["exit_logits"][4]
+    assert (logits.argmax(-1).numpy() == full.predictions).all()
+
+
+@pytest.mark.parametrize("criterion, threshold", [("confidence", 0.9), ("margin", 0.8), ("patience", 2)])
+def test_each_example_answered_by_its_exit(multi_exit, criterion, threshold):
+    """With rows dropped and padding trimmed, each example's answer is the one its exit layer gives
+    on the full (un-dropped) batch, and the criterion fired there and not before."""
+    kwargs = {"patience": threshold} if criterion == "patience" else {"threshold": threshold}
+    classifier = EarlyExitClassifier(multi_exit, criterion, batch_size=6, **kwargs)
+    result = classifier.predict(TEXTS)
+    with torch.no_grad():
+        logits = exit_outputs(multi_exit, multi_exit.preprocess(TEXTS))["exit_logits"]
+    probs = {m: logits[m].softmax(-1) for m in logits}
+    history = torch.stack([probs[m].argmax(-1) for m in (1, 2, 3, 4)], dim=1)
+    for i, layer in enumerate(result.exit_layers.tolist()):
+        torch.testing.assert_close(torch.from_numpy(result.probabilities[i]), probs[layer][i], atol=1e-4, rtol=1e-4)
+        for m in (1, 2, 3):
+            fired = bool(exit_decision(probs[m][i : i + 1], criterion, None if criterion == "patience" else threshold,
+                                       history[i : i + 1, :m], patience=threshold if criterion == "patience" else 2))
+            if m < layer:
+                assert not fired, (i, m, layer)
+            elif m == layer:
+                assert fired, (i, m, layer)
+    assert len(set(result.exit_layers.tolist())) >= 2  # the settings make rows exit at different layers
+    assert len(result.batch_avg_layers) == 2
+    assert result.avg_layers == pytest.approx(result.exit_layers.mean())
+
+
+def test_exited_rows_are_not_computed(multi_exit):
+    calls: list[tuple[int, int]] = []
+    hooks = [
+        layer.register_forward_hook(lambda module, args, output, i=i: calls.append((i, args[0].shape[0])))
+        for i, layer in enumerate(multi_exit[0].auto_model.encoder.layer, start=1)
+    ]
+    try:
+        result = EarlyExitClassifier(multi_exit, "confidence", 0.0, batch_size=12).predict(TEXTS)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert (result.exit_layers == 1).all()  # max p > 0 always: every row exits at layer 1
+    assert calls == [(1, 12)]  # layers 2-4 never ran
+
+
+def test_rows_shrink_layer_by_layer(multi_exit):
+    rows_per_layer: dict[int, int] = {}
+    hooks = [
+        layer.register_forward_hook(
+            lambda module, args, output, i=i: rows_per_layer.__setitem__(i, rows_per_layer.get(i, 0) + args[0].shape[0])
+        )
+        for i, layer in enumerate(multi_exit[0].auto_model.encoder.layer, start=1)
+    ]
+    try:
+        result = EarlyExitClassifier(multi_exit, "margin", 0.8, batch_size=12).predict(TEXTS)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert 0 < rows_per_layer[4] < 12  # some rows stopped early, some ran all layers
+    for layer in range(1, 5):
+        assert rows_per_layer.get(layer, 0) == int((result.exit_layers >= layer).sum())
+    assert sum(rows_per_layer.values()) == int(result.exit_layers.sum())
+
+
+def test_exit_decision_by_hand():
+    probs = torch.tensor([[0.95, 0.03, 0.02], [0.5, 0.4, 0.1], [0.6, 0.2, 0.2]])
+    assert exit_decision(probs, "confidence", 0.9).tolist() == [True, False, False]
+    assert exit_decision(probs, "margin", 0.3).tolist() == [True, False, True]
+    history = torch.tensor([[0, 0], [1, 0], [2, 2]])
+    assert exit_decision(probs, "patience", history=history, patience=2).tolist() == [True, False, True]
+    assert exit_decision(probs, "patience", history=history[:, :1], patience=2).tolist() == [False] * 3
+
+
+def test_truncated_and_sweep(multi_exit):
+    classifier = EarlyExitClassifier(multi_exit, "confidence", batch_size=4)
+    truncated = classifier.predict_truncated(TEXTS, 2)
+    assert (truncated.exit_layers == 2).all()
+    with torch.no_grad():
+        logits = exit_outputs(multi_exit, multi_exit.preprocess(TEXTS))["exit_logits"][2]
+    assert (truncated.predictions == logits.argmax(-1).numpy()).all()
+    labels = [0] * len(TEXTS)
+    out = sweep_thresholds(multi_exit, TEXTS, labels, [("confidence", 0.5), ("margin", 1.0), ("patience", 2)],
+                           batch_size=4, truncated_depths=[1, 2])
+    assert set(out["full"]) == {"accuracy", "throughput", "avg_layers"}
+    assert out["full"]["avg_layers"] == 4.0
+    assert [s["criterion"] for s in out["sweep"]] == ["confidence", "margin", "patience"]
+    assert out["sweep"][1]["avg_layers"] == 4.0 and out["sweep"][1]["accuracy"] == out["full"]["accuracy"]
+    assert [t["avg_layers"] for t in out["truncated"]] == [1.0, 2.0]
+
+
+def test_bad_input(multi_exit, tiny_model):
+    for threshold in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="threshold"):
+            EarlyExitClassifier(multi_exit, "confidence", threshold)
+        with pytest.raises(ValueError, match="threshold"):
+            EarlyExitClassifier(multi_exit, "margin", threshold)
+    with pytest.raises(ValueError, match="criterion"):
+        EarlyExitClassifier(multi_exit, "entropy")
+    with pytest.raises(ValueError, match="patience"):
+        EarlyExitClassifier(multi_exit, "patience", patience=0)
+    with pytest.raises(ValueError, match="model: has no exit heads"):
+        EarlyExitClassifier(tiny_model)
+    classifier = EarlyExitClassifier(multi_exit)
+    with pytest.raises(ValueError, match="texts"):
+        classifier.predict([])
+    with pytest.raises(ValueError, match="texts"):
+        classifier.predict(["ok", "  "])
+    with pytest.raises(ValueError, match="layer"):
+        classifier.predict_truncated(["ok"], 9)
+
+
+def test_cli_classify_and_sweep(multi_exit, tmp_path, capsys):
+    from contrastive_bert.cli import build_cli, main
+
+    save_multi_exit_model(multi_exit, tmp_path / "model")
+    (tmp_path / "texts.txt").write_text("\n".join(TEXTS[:5]) + "\n")
+    args = build_cli().parse_args(
+        ["early-exit", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "texts.txt"),
+         "--criterion", "margin", "--threshold", "0.2", "--output", str(tmp_path / "out.jsonl")]
+    )
+    assert args.func(args) == 0
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert len(rows) == 5 and all(r["label"] in LABELS and 1 <= r["exit_layer"] <= 4 for r in rows)
+    assert "average layers" in capsys.readouterr().err
+    # bad threshold -> exit code 2 with the argument named
+    code = main(["early-exit", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "texts.txt"),
+                 "--threshold", "1.5"])
+    assert code == 2 and "threshold" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_sweep_on_real_data(multi_exit, tmp_path, shared_data):
+    from contrastive_bert.cli import build_cli
+
+    save_multi_exit_model(multi_exit, tmp_path / "model")
+    args = build_cli().parse_args(
+        ["early-exit", "--model", str(tmp_path / "model"), "--sweep", "--dataset", "emotion", "--data-dir",
+         str(shared_data), "--criterion", "confidence", "--thresholds", "0.5,1.0", "--max-examples", "40",
+         "--output", str(tmp_path / "sweep.json")]
+    )
+    assert args.func(args) == 0
+    result = json.loads((tmp_path / "sweep.json").read_text())
+    assert result["dataset"] == "emotion" and len(result["sweep"]) == 2
+    assert result["sweep"][1]["accuracy"] == result["full"]["accuracy"]
+
+
+@pytest.mark.slow
+def test_bundled_model_layerwise_equals_hf(bundled_model):
+    add_exit_heads(bundled_model, LABELS, exit_layers=[2, 4])
+    bundled_model.eval()
+    texts = ["I lost my card yesterday", "how long does a transfer take?", "hi"]
+    classifier = EarlyExitClassifier(bundled_model, "confidence", 1.0)
+    early, full = classifier.predict(texts), classifier.predict_full(texts)
+    assert (early.predictions == full.predictions).all()
+    features = bundled_model.preprocess(texts)
+    with torch.no_grad():
+        ours = classifier.encoder.all_hidden_states(features["input_ids"], features["attention_mask"],
+                                                    features["token_type_ids"])
+        hf = bundled_model[0].auto_model(**{k: features[k] for k in ("input_ids", "attention_mask", "token_type_ids")},
+                                         output_hidden_states=True).hidden_states
+    for a, b in zip(ours, hf):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

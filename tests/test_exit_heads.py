@@ -1,0 +1,171 @@
+"""Exit heads: shapes, masking, model integration, save/reload equality, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from contrastive_bert.heads.exits import (
+    LinearExit,
+    MHAExit,
+    MultiExitHeads,
+    add_exit_heads,
+    copy_label_head,
+    exit_outputs,
+    get_exit_heads,
+    load_exit_heads,
+    load_multi_exit_model,
+    remove_exit_heads,
+    save_exit_heads,
+    save_multi_exit_model,
+)
+from contrastive_bert.heads.label_embedding import LabelEmbeddingClassifier
+
+LABELS = ["pos", "neg", "neutral"]
+TEXTS = ["the card never arrived", "how do I top up", "great service thanks", "my pin is blocked again today"]
+
+
+@pytest.fixture(scope="module")
+def _tiny4_session(tmp_path_factory):
+    from conftest import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny4"), num_layers=4)
+
+
+@pytest.fixture()
+def tiny4(_tiny4_session):
+    import copy
+
+    return copy.deepcopy(_tiny4_session)
+
+
+@pytest.mark.parametrize("head_type", ["linear", "mha"])
+def test_exit_outputs_shapes(tiny4, head_type):
+    heads = add_exit_heads(tiny4, LABELS, exit_layers=[1, 3], head_type=head_type)
+    assert heads.exit_layers == [1, 3, 4]  # the last layer always has the (linear) final exit
+    assert isinstance(heads.final_exit, LinearExit)
+    assert isinstance(heads.exit(1), MHAExit if head_type == "mha" else LinearExit)
+    out = exit_outputs(tiny4, tiny4.preprocess(TEXTS))
+    assert set(out["exit_logits"]) == {1, 3, 4}
+    for layer in (1, 3, 4):
+        assert out["exit_logits"][layer].shape == (4, 3)
+        assert out["exit_embeddings"][layer].shape == (4, 32)
+    # the final linear exit on the last layer is the model's own (mean-pooled) sentence embedding
+    torch.testing.assert_close(out["exit_embeddings"][4], out["sentence_embedding"])
+    # label embeddings are the classifier rows
+    assert heads.label_embeddings(1).shape == (3, 32)
+
+
+def test_plain_encode_unchanged_by_heads(tiny4):
+    before = tiny4.encode(TEXTS, convert_to_tensor=True)
+    add_exit_heads(tiny4, LABELS, head_type="mha")
+    after = tiny4.encode(TEXTS, convert_to_tensor=True)
+    torch.testing.assert_close(before, after)
+    assert not tiny4[0].auto_model.config.output_hidden_states
+
+
+def test_hidden_states_flag_restored_on_error(tiny4):
+    add_exit_heads(tiny4, LABELS)
+    with pytest.raises((KeyError, ValueError)):
+        exit_outputs(tiny4, {"no_input_ids": torch.zeros(1)})
+    assert not tiny4[0].auto_model.config.output_hidden_states
+
+
+def test_mha_exit_ignores_padding():
+    torch.manual_seed(0)
+    head = MHAExit(8, LABELS, exit_dim=8, num_heads=2).eval()
+    tokens = torch.randn(1, 3, 8)
+    padded = torch.cat([tokens, torch.randn(1, 4, 8)], dim=1)
+    emb_short, logits_short = head(tokens, torch.ones(1, 3, dtype=torch.long))
+    emb_padded, logits_padded = head(padded, torch.tensor([[1, 1, 1, 0, 0, 0, 0]]))
+    torch.testing.assert_close(emb_short, emb_padded)
+    torch.testing.assert_close(logits_short, logits_padded)
+
+
+def test_linear_exit_mean_pooling_by_hand():
+    head = LinearExit(2, ["a", "b"], pooling="mean", normalize=False)
+    tokens = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
+    embedding, _ = head(tokens, torch.tensor([[1, 1, 0]]))
+    torch.testing.assert_close(embedding, torch.tensor([[2.0, 3.0]]))
+
+
+def test_save_reload_equal_and_plain_sentence_transformer(tiny4, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    add_exit_heads(tiny4, LABELS, exit_layers=[1, 2], head_type="mha")
+    tiny4.eval()
+    expected = exit_outputs(tiny4, tiny4.preprocess(TEXTS))
+    save_multi_exit_model(tiny4, tmp_path / "m")
+    assert get_exit_heads(tiny4) is not None  # the in-memory model keeps its heads
+    modules = json.loads((tmp_path / "m" / "modules.json").read_text())
+    assert all(entry["type"].startswith("sentence_transformers.") for entry in modules)
+
+    reloaded = load_multi_exit_model(tmp_path / "m", exit_layers=[1, 2])
+    reloaded.eval()
+    got = exit_outputs(reloaded, reloaded.preprocess(TEXTS))
+    for layer in (1, 2, 4):
+        torch.testing.assert_close(got["exit_logits"][layer], expected["exit_logits"][layer])
+        torch.testing.assert_close(got["exit_embeddings"][layer], expected["exit_embeddings"][layer])
+    # SentenceTransformer(path) keeps working for plain embedding (no custom module to trust)
+    plain = SentenceTransformer(str(tmp_path / "m"), device="cpu", local_files_only=True)
+    torch.testing.assert_close(
+        plain.encode(TEXTS, convert_to_tensor=True), tiny4.encode(TEXTS, convert_to_tensor=True)
+    )
+
+
+def test_model_save_with_heads_as_module(tiny4, tmp_path):
+    add_exit_heads(tiny4, LABELS, exit_layers=[2])
+    tiny4.eval()
+    expected = exit_outputs(tiny4, tiny4.preprocess(TEXTS))["exit_logits"]
+    tiny4.save(str(tmp_path / "m"))  # heads listed in modules.json as a module
+    reloaded = load_multi_exit_model(tmp_path / "m")
+    reloaded.eval()
+    got = exit_outputs(reloaded, reloaded.preprocess(TEXTS))["exit_logits"]
+    for layer in (2, 4):
+        torch.testing.assert_close(got[layer], expected[layer])
+
+
+def test_exit_layer_out_of_range(tiny4):
+    with pytest.raises(ValueError, match="exit_layers"):
+        add_exit_heads(tiny4, LABELS, exit_layers=[0, 2])
+    with pytest.raises(ValueError, match="exit_layers"):
+        add_exit_heads(tiny4, LABELS, exit_layers=[5])
+    with pytest.raises(ValueError, match="head_type"):
+        add_exit_heads(tiny4, LABELS, head_type="conv")
+    with pytest.raises(ValueError, match="exit_layers"):
+        MultiExitHeads(32, LABELS, num_layers=4, exit_layers=[2, 2])
+
+
+def test_head_count_mismatch_with_saved_model(tiny4, tmp_path):
+    add_exit_heads(tiny4, LABELS, exit_layers=[1, 2, 3])
+    save_multi_exit_model(tiny4, tmp_path / "m")
+    with pytest.raises(ValueError, match="exit_layers: expected exit heads on layers \\[1, 4\\]"):
+        load_multi_exit_model(tmp_path / "m", exit_layers=[1])
+    # weights that hold other heads than the config declares
+    heads = get_exit_heads(tiny4)
+    save_exit_heads(heads, tmp_path / "h")
+    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    config["exit_layers"] = [1, 2]
+    (tmp_path / "h" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="exit_layers: the saved weights hold exit heads on layers \\[1, 2, 3, 4\\]"):
+        load_exit_heads(tmp_path / "h")
+    # heads built for another depth than the encoder
+    remove_exit_heads(tiny4)
+    tiny4.append(MultiExitHeads(32, LABELS, num_layers=6))
+    with pytest.raises(ValueError, match="built for 6 layers"):
+        get_exit_heads(tiny4)
+
+
+def test_final_exit_copies_trained_label_head(tiny4):
+    torch.manual_seed(1)
+    head = LabelEmbeddingClassifier(32, LABELS, scale=10.0)
+    tiny4.append(head)
+    heads = add_exit_heads(tiny4, LABELS, exit_layers=[1])
+    assert heads.scale == 10.0
+    out = exit_outputs(tiny4, tiny4.preprocess(TEXTS))
+    torch.testing.assert_close(out["exit_logits"][4], out["logits"])
+    other = LabelEmbeddingClassifier(32, ["x", "y", "z"])
+    with pytest.raises(ValueError, match="label_head"):
+        copy_label_head(heads, other)
