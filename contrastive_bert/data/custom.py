@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import datasets
+from datasets.exceptions import DatasetGenerationError
 
 from contrastive_bert.data.schemas import TASK_COLUMNS, build_split, check_task_type
 
@@ -32,7 +33,11 @@ def load_custom_dataset(
         if not path.is_file():
             raise ValueError(f"source: file not found: {path}")
         kwargs = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
-        loaded = datasets.load_dataset(_FILE_BUILDERS[path.suffix.lower()], data_files={split: str(path)}, split=split, **kwargs)
+        builder = _FILE_BUILDERS[path.suffix.lower()]
+        try:
+            loaded = datasets.load_dataset(builder, data_files={split: str(path)}, split=split, **kwargs)
+        except (ValueError, StopIteration, DatasetGenerationError) as error:  # empty or malformed file
+            raise ValueError(f"source: could not read {path} as {builder} data (empty or malformed file?): {error}") from error
     elif path.exists():
         raise ValueError(f"source: unsupported file type {path.suffix!r}; expected one of {sorted(_FILE_BUILDERS)}")
     else:
@@ -48,7 +53,7 @@ def load_custom_dataset(
             f"columns: {source} lacks {missing} for task type {task_type!r} (found {loaded.column_names}); "
             f"map them, e.g. columns={{'<your column>': '{missing[0]}'}}"
         )
-    data = {c: loaded[c] for c in needed}
+    data = {c: list(loaded[c]) for c in needed}  # datasets >= 4 returns a read-only Column
     if task_type == "classification" and label_names is None:
         label_names = sorted({str(v) for v in data["label"]})
         data["label"] = [str(v) for v in data["label"]]

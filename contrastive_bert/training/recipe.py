@@ -55,6 +55,14 @@ class TrainingRecipe:
 
     def validate(self) -> None:
         """Cheap checks of every field, before any model or data is loaded."""
+        for name in ("epochs", "learning_rate", "warmup_ratio", "weight_decay", "min_pair_score", "max_grad_norm"):
+            value = getattr(self, name)  # YAML 1.1 reads `2e-5` (no dot) as a string
+            if value is None and name == "max_grad_norm":
+                continue
+            try:
+                setattr(self, name, float(value))
+            except (TypeError, ValueError):
+                raise ValueError(f"{name}: expected a number, got {value!r}") from None
         positive_ints = ("batch_size", "eval_steps", "save_steps", "logging_steps", "gradient_accumulation_steps", "save_total_limit")
         for name in positive_ints:
             value = getattr(self, name)

@@ -1,0 +1,311 @@
+"""Training recipes (fields, files, validation), the loss registry, training-data formats,
+the output-directory policy and the no-model checks of ``check_recipe``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from torch import nn
+
+from contrastive_bert.training import LOSSES, LossEntry, TrainingRecipe, check_recipe, get_loss_entry, register_loss
+from contrastive_bert.training.output_dir import prepare_output_dir
+from contrastive_bert.training.runner import training_arguments
+from contrastive_bert.training.train_data import build_train_dataset, check_train_datasets
+
+# --------------------------------------------------------------------------- recipe fields
+
+
+def test_defaults_are_valid():
+    recipe = TrainingRecipe()
+    assert recipe.model == "default"
+    assert recipe.datasets == ["stsb"] and recipe.loss == "mnrl"
+    assert set(recipe.to_dict()) == set(TrainingRecipe.field_names())
+
+
+def test_comma_separated_lists():
+    recipe = TrainingRecipe(datasets="stsb, mrpc", eval_tasks="stsb,banking77,")
+    assert recipe.datasets == ["stsb", "mrpc"]
+    assert recipe.eval_tasks == ["stsb", "banking77"]
+
+
+def test_unknown_field_with_suggestion():
+    with pytest.raises(ValueError, match=r"recipe: unknown field 'learning_rat' \(did you mean 'learning_rate'\?\)"):
+        TrainingRecipe.from_dict({"learning_rat": 1e-4})
+    with pytest.raises(ValueError, match=r"recipe: unknown field 'zzz'; fields are model, datasets"):
+        TrainingRecipe.from_dict({"zzz": 1})
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("batch_size", 0, "batch_size: expected a positive integer, got 0"),
+        ("batch_size", 2.5, "batch_size: expected a positive integer, got 2.5"),
+        ("batch_size", True, "batch_size: expected a positive integer, got True"),
+        ("eval_steps", -1, "eval_steps: expected a positive integer"),
+        ("save_steps", 0, "save_steps: expected a positive integer"),
+        ("gradient_accumulation_steps", 0, "gradient_accumulation_steps: expected a positive integer"),
+        ("max_steps", 0, r"max_steps: expected a positive integer or -1 \(use epochs\), got 0"),
+        ("max_steps", -2, "max_steps: expected a positive integer or -1"),
+        ("epochs", 0, "epochs: expected a positive number, got 0"),
+        ("epochs", "many", "epochs: expected a number, got 'many'"),
+        ("learning_rate", -1e-5, "learning_rate: expected a positive number"),
+        ("learning_rate", "fast", "learning_rate: expected a number, got 'fast'"),
+        ("warmup_ratio", 1.0, r"warmup_ratio: expected a value in \[0, 1\), got 1.0"),
+        ("min_pair_score", 4.0, r"min_pair_score: expected a value in \[0, 1\], got 4.0"),
+        ("max_seq_length", 1, "max_seq_length: expected at least 2 tokens, got 1"),
+        ("max_train_samples", 0, "max_train_samples: expected a positive integer, got 0"),
+        ("freeze_layers", -1, "freeze_layers: expected a non-negative number of layers"),
+        ("max_grad_norm", -1.0, "max_grad_norm: expected a non-negative number"),
+        ("mixed_precision", "fp8", r"mixed_precision: expected one of \('no', 'fp16', 'bf16', 'auto'\), got 'fp8'"),
+        ("datasets", "", "datasets: expected at least one training data set"),
+        ("datasets", [], "datasets: expected at least one training data set"),
+        ("loss_options", ["scale", 20], "loss_options: expected a mapping of keyword arguments"),
+    ],
+)
+def test_bad_hyper_parameters(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        TrainingRecipe.from_dict({field: value})
+
+
+def test_overwrite_and_resume_exclude_each_other():
+    with pytest.raises(ValueError, match="overwrite, resume: choose one"):
+        TrainingRecipe(overwrite=True, resume=True)
+
+
+def test_numeric_strings_are_numbers():
+    recipe = TrainingRecipe(learning_rate="3e-5", epochs="2")
+    assert recipe.learning_rate == 3e-5 and recipe.epochs == 2.0
+
+
+# --------------------------------------------------------------------------- recipe files
+
+
+RECIPE = {"model": "some/model", "datasets": ["stsb", "mrpc"], "loss": "cosent", "batch_size": 16, "learning_rate": 3e-5,
+          "loss_options": {"scale": 20.0}, "eval_tasks": ["stsb"]}
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".yml", ".json"])
+def test_from_file_with_overrides_winning(tmp_path, suffix):
+    path = tmp_path / f"recipe{suffix}"
+    path.write_text(json.dumps(RECIPE) if suffix == ".json" else yaml.safe_dump(RECIPE))
+    recipe = TrainingRecipe.from_file(path)
+    assert {k: getattr(recipe, k) for k in RECIPE} == RECIPE
+    recipe = TrainingRecipe.from_file(path, {"batch_size": 4, "loss": "mnrl"})
+    assert recipe.batch_size == 4 and recipe.loss == "mnrl"
+    assert recipe.model == "some/model" and recipe.learning_rate == 3e-5
+
+
+def test_yaml_exponent_without_dot(tmp_path):
+    # YAML 1.1 (PyYAML) reads `2e-5` as the string '2e-5'; the recipe must still get a float
+    path = tmp_path / "recipe.yaml"
+    path.write_text("learning_rate: 2e-5\nepochs: 1\ndatasets: stsb,mrpc\n")
+    recipe = TrainingRecipe.from_file(path)
+    assert recipe.learning_rate == pytest.approx(2e-5) and isinstance(recipe.learning_rate, float)
+    assert recipe.datasets == ["stsb", "mrpc"]
+
+
+def test_empty_yaml_is_the_defaults(tmp_path):
+    path = tmp_path / "recipe.yaml"
+    path.write_text("# nothing yet\n")
+    assert TrainingRecipe.from_file(path) == TrainingRecipe()
+
+
+def test_bundled_recipes_load():
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "scripts" / "recipes"
+    for path in sorted(folder.glob("*.y*ml")):
+        recipe = TrainingRecipe.from_file(path)
+        get_loss_entry(recipe.loss)
+        check_train_datasets(recipe.datasets, get_loss_entry(recipe.loss).data_format)
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("recipe.yaml", None, r"recipe: file not found: .*recipe.yaml"),
+        ("recipe.toml", "x = 1", r"recipe: expected a .yaml, .yml or .json file, got recipe.toml"),
+        ("recipe.yaml", "- a\n- b\n", r"recipe: .*recipe.yaml must hold a mapping of fields, got list"),
+        ("recipe.json", '{"batch_sise": 8}', r"recipe: unknown field 'batch_sise' \(did you mean 'batch_size'\?\)"),
+        ("recipe.yaml", "batch_size: 0\n", "batch_size: expected a positive integer, got 0"),
+    ],
+)
+def test_bad_recipe_files(tmp_path, name, content, message):
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        TrainingRecipe.from_file(path)
+
+
+# --------------------------------------------------------------------------- losses
+
+
+def test_baseline_losses_registered():
+    assert {"mnrl", "cached_mnrl", "cosent"} <= set(LOSSES)
+    assert get_loss_entry("mnrl").data_format == "pairs"
+    assert get_loss_entry("cached_mnrl").data_format == "pairs"
+    assert get_loss_entry("cosent").data_format == "scored_pairs"
+
+
+def test_unknown_loss_suggests():
+    with pytest.raises(ValueError, match=r"loss: unknown loss 'mnlr'; known: .*cosent.*Did you mean 'mnrl'"):
+        get_loss_entry("mnlr")
+
+
+def test_register_loss_checks_format():
+    with pytest.raises(ValueError, match=r"data_format: expected one of \('pairs', 'scored_pairs', 'labelled'\), got 'triplets'"):
+        register_loss(LossEntry("x", "triplets", lambda *a: nn.Identity()))
+    assert "x" not in LOSSES
+
+
+@pytest.mark.parametrize("name, cls", [("mnrl", "MultipleNegativesRankingLoss"),
+                                       ("cached_mnrl", "CachedMultipleNegativesRankingLoss"),
+                                       ("cosent", "CoSENTLoss")])
+def test_baseline_losses_build(tiny_model, name, cls):
+    recipe = TrainingRecipe(loss=name)
+    loss = get_loss_entry(name).build(tiny_model, [], recipe)
+    assert type(loss).__name__ == cls
+    assert loss.model is tiny_model
+
+
+def test_loss_options_are_passed(tiny_model):
+    recipe = TrainingRecipe(loss="cached_mnrl", loss_options={"scale": 10.0, "mini_batch_size": 4})
+    loss = get_loss_entry("cached_mnrl").build(tiny_model, [], recipe)
+    assert loss.scale == 10.0 and loss.mini_batch_size == 4
+
+
+# --------------------------------------------------------------------------- training data
+
+
+@pytest.mark.parametrize(
+    "names, data_format, message",
+    [
+        (["banking77"], "pairs", r"datasets: 'banking77' is a classification data set, but this loss trains on pairs"),
+        (["answer_selection"], "scored_pairs", "'answer_selection' is a retrieval data set, but this loss trains on scored_pairs"),
+        (["stsb"], "labelled", "'stsb' is a pair-score data set, but this loss trains on labelled"),
+        (["emotion", "sst2"], "labelled", "a classification loss trains on exactly one labelled data set"),
+        (["stsb", "mprc"], "pairs", r"unknown data set 'mprc'.*Did you mean 'mrpc'"),
+    ],
+)
+def test_incompatible_training_data(names, data_format, message):
+    with pytest.raises(ValueError, match=message):
+        check_train_datasets(names, data_format)
+
+
+def test_build_train_dataset_formats(shared_data):
+    pairs = build_train_dataset(["stsb", "mrpc"], "pairs", data_dir=shared_data, max_samples=None)
+    assert pairs.column_names == ["anchor", "positive"]
+    assert len(pairs) == 1406 + 2407  # STS-B train scores >= 4/5, MRPC train paraphrases
+    scored = build_train_dataset(["mrpc"], "scored_pairs", data_dir=shared_data, max_samples=50, seed=1)
+    assert scored.column_names == ["sentence1", "sentence2", "score"] and len(scored) == 50
+    assert set(scored["score"]) <= {0.0, 1.0}
+    again = build_train_dataset(["mrpc"], "scored_pairs", data_dir=shared_data, max_samples=50, seed=1)
+    assert again["sentence1"] == scored["sentence1"]  # the seed fixes the shuffle
+    labelled = build_train_dataset(["emotion"], "labelled", data_dir=shared_data, max_samples=10)
+    assert labelled.column_names == ["text", "label"] and len(labelled) == 10
+    strict = build_train_dataset(["stsb"], "pairs", data_dir=shared_data, min_pair_score=1.0)
+    assert len(strict) == 266  # STS-B train pairs with gold 5.0
+
+
+# --------------------------------------------------------------------------- output directory
+
+
+def _fake_run(folder):
+    (folder / "checkpoints" / "checkpoint-2").mkdir(parents=True)
+    (folder / "checkpoints" / "checkpoint-10").mkdir(parents=True)
+    (folder / "final").mkdir()
+    (folder / "final" / "model.safetensors").write_text("w")
+    (folder / "results.json").write_text("{}")
+    (folder / "my_notes.txt").write_text("keep me")
+    (folder / "plots").mkdir()
+    (folder / "plots" / "loss.png").write_text("png")
+
+
+def test_output_dir_new_or_empty(tmp_path):
+    assert prepare_output_dir(tmp_path / "new") is None
+    (tmp_path / "empty").mkdir()
+    assert prepare_output_dir(tmp_path / "empty") is None
+
+
+def test_output_dir_existing_refused(tmp_path):
+    _fake_run(tmp_path)
+    with pytest.raises(ValueError, match="output_dir: .* already exists and is not empty; pass --overwrite"):
+        prepare_output_dir(tmp_path)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="output_dir: .*file exists and is not a directory"):
+        prepare_output_dir(tmp_path / "file")
+
+
+def test_output_dir_overwrite_keeps_user_files(tmp_path):
+    _fake_run(tmp_path)
+    assert prepare_output_dir(tmp_path, overwrite=True) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my_notes.txt", "plots"]
+    assert (tmp_path / "my_notes.txt").read_text() == "keep me"
+    assert (tmp_path / "plots" / "loss.png").is_file()
+
+
+def test_output_dir_resume(tmp_path):
+    _fake_run(tmp_path)
+    last = prepare_output_dir(tmp_path, resume=True)
+    assert last == str(tmp_path / "checkpoints" / "checkpoint-10")  # numeric, not lexical, order
+
+
+def test_output_dir_resume_without_run(tmp_path):
+    with pytest.raises(ValueError, match="resume: .* holds no run to resume"):
+        prepare_output_dir(tmp_path / "new", resume=True)
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match="resume: no checkpoint-\\* folder under .*checkpoints"):
+        prepare_output_dir(tmp_path, resume=True)
+
+
+# --------------------------------------------------------------------------- check_recipe
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"loss": "infonce"}, "loss: unknown loss 'infonce'"),
+        ({"loss": "cosent", "datasets": ["answer_selection"]}, "'answer_selection' is a retrieval data set, but this loss trains on scored_pairs"),
+        ({"loss": "mnrl", "datasets": ["sst2"]}, "'sst2' is a classification data set, but this loss trains on pairs"),
+        ({"eval_tasks": ["stsb", "emtion"]}, r"unknown data set 'emtion'.*Did you mean 'emotion'"),
+        ({"dev_task": "stsbb"}, "unknown data set 'stsbb'"),
+        ({"mixed_precision": "fp16"}, "mixed_precision: 'fp16' needs a CUDA device"),
+    ],
+)
+def test_check_recipe_errors(tmp_path, fields, message):
+    import torch
+
+    if fields.get("mixed_precision") == "fp16" and torch.cuda.is_available():
+        pytest.skip("fp16 is valid with CUDA")
+    recipe = TrainingRecipe(output_dir=str(tmp_path / "run"), **fields)
+    with pytest.raises(ValueError, match=message):
+        check_recipe(recipe)
+    assert not (tmp_path / "run").exists()
+
+
+def test_check_recipe_ok(tmp_path):
+    entry, checkpoint = check_recipe(TrainingRecipe(output_dir=str(tmp_path / "run"), loss="cosent", datasets=["stsb", "mrpc"]))
+    assert entry.name == "cosent" and checkpoint is None
+
+
+def test_check_recipe_revalidates_mutated_fields(tmp_path):
+    recipe = TrainingRecipe(output_dir=str(tmp_path / "run"))
+    recipe.batch_size = 0
+    with pytest.raises(ValueError, match="batch_size: expected a positive integer"):
+        check_recipe(recipe)
+
+
+def test_training_arguments_from_recipe(tmp_path):
+    recipe = TrainingRecipe(batch_size=8, learning_rate=1e-4, max_steps=12, warmup_ratio=0.25, max_grad_norm=None,
+                            eval_steps=3, save_steps=6, seed=7)
+    args = training_arguments(recipe, str(tmp_path), batch_sampler="no_duplicates", has_evaluator=False)
+    assert args.per_device_train_batch_size == 8 and args.learning_rate == 1e-4 and args.max_steps == 12
+    assert args.max_grad_norm == 0.0 and args.seed == 7 and args.save_steps == 6
+    assert args.eval_strategy == "no"
+    assert args.batch_sampler == "no_duplicates"
+    assert args.warmup_steps == 0.25  # a float < 1 is a ratio of the total steps
+    args = training_arguments(recipe, str(tmp_path), has_evaluator=True)
+    assert args.eval_strategy == "steps" and args.eval_steps == 3
