@@ -153,3 +153,11 @@ def test_empty_split_from_hub(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: empty)
     with pytest.raises(ValueError, match="the split is empty"):
         load_custom_dataset("someone/empty", "pair-score")
+
+
+def test_integer_labels_keep_numeric_order(tmp_path):
+    labels = [10, 2, 0, 1, 2, 10]
+    path = _write(tmp_path / "intents.csv", pd.DataFrame({"text": [f"t{i}" for i in range(6)], "label": labels}))
+    ds = load_custom_dataset(path, "classification")
+    assert ds.features["label"].names == ["0", "1", "2", "10"]  # not the string order 0, 1, 10, 2
+    assert [ds.features["label"].int2str(i) for i in ds["label"]] == [str(v) for v in labels]

@@ -55,7 +55,9 @@ def load_custom_dataset(
         )
     data = {c: list(loaded[c]) for c in needed}  # datasets >= 4 returns a read-only Column
     if task_type == "classification" and label_names is None:
-        label_names = sorted({str(v) for v in data["label"]})
+        distinct = set(data["label"])
+        numeric = all(isinstance(v, int) and not isinstance(v, bool) for v in distinct)  # keep 2 < 10
+        label_names = [str(v) for v in sorted(distinct)] if numeric else sorted({str(v) for v in distinct})
         data["label"] = [str(v) for v in data["label"]]
     if task_type == "pair-score":
         for row, value in enumerate(data["score"]):
