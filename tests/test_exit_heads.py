@@ -158,6 +158,25 @@ def test_head_count_mismatch_with_saved_model(tiny4, tmp_path):
         get_exit_heads(tiny4)
 
 
+def test_save_with_label_head_keeps_plain_loading(tiny4, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from contrastive_bert.heads.label_embedding import find_label_head
+
+    tiny4.append(LabelEmbeddingClassifier(32, LABELS))
+    add_exit_heads(tiny4, LABELS, exit_layers=[2], head_type="mha")
+    tiny4.eval()
+    expected = exit_outputs(tiny4, tiny4.preprocess(TEXTS))
+    save_multi_exit_model(tiny4, tmp_path / "m")
+    plain = SentenceTransformer(str(tmp_path / "m"), device="cpu", local_files_only=True)
+    assert len(plain) == 2  # Transformer + Pooling only
+    reloaded = load_multi_exit_model(tmp_path / "m").eval()
+    got = exit_outputs(reloaded, reloaded.preprocess(TEXTS))
+    torch.testing.assert_close(got["logits"], expected["logits"])
+    torch.testing.assert_close(got["exit_logits"][2], expected["exit_logits"][2])
+    assert find_label_head(reloaded).label_names == LABELS
+
+
 def test_final_exit_copies_trained_label_head(tiny4):
     torch.manual_seed(1)
     head = LabelEmbeddingClassifier(32, LABELS, scale=10.0)

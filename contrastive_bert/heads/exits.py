@@ -431,35 +431,48 @@ def exit_outputs(model: nn.Module, features: dict[str, Any]) -> dict[str, Any]:
 
 
 EXIT_HEADS_FOLDER = "exit_heads"
+LABEL_HEAD_FOLDER = "label_head"
 
 
 def save_multi_exit_model(model: nn.Module, path: str | os.PathLike) -> None:
-    """Save ``model`` so that ``SentenceTransformer(path)`` loads the plain embedding model (the exit
-    heads are not listed in ``modules.json``) and :func:`load_multi_exit_model` restores the exits
-    from ``path/exit_heads``."""
+    """Save ``model`` so that plain ``SentenceTransformer(path)`` loads the embedding model:
+    ``modules.json`` lists only the sentence-transformers modules; the exit heads go to
+    ``path/exit_heads`` and a label-embedding head (if any) to ``path/label_head``.
+    :func:`load_multi_exit_model` restores both."""
+    from contrastive_bert.heads.label_embedding import find_label_head
+
     base = _unwrap(model)
     heads = get_exit_heads(base)
+    label_head = find_label_head(base)
     original = base._modules
-    base._modules = type(original)(
-        (str(i), module) for i, module in enumerate(m for m in original.values() if m is not heads)
-    )
+    kept = [m for m in original.values() if m is not heads and m is not label_head]
+    base._modules = type(original)((str(i), module) for i, module in enumerate(kept))
     try:
         base.save(str(path))
     finally:
         base._modules = original
     save_exit_heads(heads, os.path.join(path, EXIT_HEADS_FOLDER))
+    if label_head is not None:
+        os.makedirs(os.path.join(path, LABEL_HEAD_FOLDER), exist_ok=True)
+        label_head.save(os.path.join(path, LABEL_HEAD_FOLDER))
 
 
 def load_multi_exit_model(
     path: str | os.PathLike, exit_layers: Sequence[int] | None = None, device: str | None = None
 ) -> nn.Module:
-    """Load a model saved by :func:`save_multi_exit_model` (or by ``model.save`` with the heads as a
-    module) with its exit heads. ``exit_layers``: the expected exit layers (ValueError on mismatch)."""
-    from contrastive_bert.heads.label_embedding import load_model_with_head
+    """Load a model saved by :func:`save_multi_exit_model` (or by ``model.save`` with the heads as
+    modules) with its exit heads (and label head). ``exit_layers``: the expected exit layers
+    (ValueError when the saved heads differ)."""
+    from contrastive_bert.heads.label_embedding import find_label_head, load_model_with_head
 
+    if not os.path.isdir(path):
+        raise ValueError(f"path: {path} is not a folder")
     model = load_model_with_head(str(path), device=device)
+    target = next(model.parameters()).device
+    label_dir = os.path.join(path, LABEL_HEAD_FOLDER)
+    if find_label_head(model) is None and os.path.isfile(os.path.join(label_dir, "config.json")):
+        model.append(LabelEmbeddingClassifier.load(label_dir, local_files_only=True).to(target))
     if find_exit_heads(model) is None:
-        heads = load_exit_heads(os.path.join(path, EXIT_HEADS_FOLDER))
-        model.append(heads.to(next(model.parameters()).device))
+        model.append(load_exit_heads(os.path.join(path, EXIT_HEADS_FOLDER)).to(target))
     get_exit_heads(model, exit_layers)
     return model
