@@ -339,3 +339,14 @@ def test_trainer_callbacks_only_with_gating(tiny_model):
     assert len(callbacks) == 1 and isinstance(callbacks[0], GradientAngleCallback)
     assert ACLEmbedLoss(tiny_model, LABELS, gradient_gating=False).trainer_callbacks() == []
     assert ACLEmbedLoss(tiny_model, LABELS, mode="ce").trainer_callbacks() == []
+
+
+def test_acl_methods_configure_the_ablation(tiny_model):
+    from contrastive_bert.training.acl import ACL_METHODS, acl_loss_for_method
+
+    assert set(ACL_METHODS) == {"ce", "supcon", "acl", "acl_grad"}
+    loss = acl_loss_for_method(tiny_model, LABELS, "acl_grad", contrastive_weight=0.1)
+    assert (loss.mode, loss.gradient_gating, loss.contrastive_weight) == ("acl", True, 0.1)
+    assert acl_loss_for_method(tiny_model, LABELS, "supcon").mode == "supcon"
+    with pytest.raises(ValueError, match="method"):
+        acl_loss_for_method(tiny_model, LABELS, "scl")

@@ -11,7 +11,7 @@ import importlib
 import sys
 
 # Each name is a module ``contrastive_bert.cli.<name>`` exposing ``add_parser(subparsers)``.
-COMMANDS: tuple[str, ...] = ("train", "evaluate", "mine", "early_exit")
+COMMANDS: tuple[str, ...] = ("train", "evaluate", "mine", "early_exit", "classify")
 
 
 def build_cli() -> argparse.ArgumentParser:

@@ -1,0 +1,49 @@
+"""Train a label-embedding classifier with ACL (or one of its ablation baselines) through the
+shared runner; used by the ACL benchmarks and recipes so no training loop is copied."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from contrastive_bert.losses.acl_embed import ACLEmbedLoss
+
+__all__ = ["ACL_METHODS", "acl_loss_for_method", "train_label_classifier"]
+
+# The ablation of issue 4: CE only, CE + plain SupCon, ACL-Embed, ACL-Embed + ACL-Grad.
+ACL_METHODS: dict[str, dict[str, Any]] = {
+    "ce": {"mode": "ce", "gradient_gating": False},
+    "supcon": {"mode": "supcon", "gradient_gating": False},
+    "acl": {"mode": "acl", "gradient_gating": False},
+    "acl_grad": {"mode": "acl", "gradient_gating": True},
+}
+
+
+def acl_loss_for_method(model, label_names: Sequence[str], method: str, **loss_options: Any) -> ACLEmbedLoss:
+    """``ACLEmbedLoss`` configured as one of ``ACL_METHODS`` (extra options override)."""
+    if method not in ACL_METHODS:
+        raise ValueError(f"method: expected one of {sorted(ACL_METHODS)}, got {method!r}")
+    return ACLEmbedLoss(model, list(label_names), **{**ACL_METHODS[method], **loss_options})
+
+
+def train_label_classifier(
+    model,
+    train_dataset,
+    label_names: Sequence[str],
+    method: str,
+    recipe,
+    output_dir: str,
+    callbacks: list | None = None,
+    **loss_options: Any,
+):
+    """Train ``model`` (a label head is appended) on ``train_dataset`` (``text``, ``label``) with
+    ``method`` via :func:`contrastive_bert.training.runner.fit` and batches of several classes with
+    several samples each (``group_by_label``). Returns ``(trainer, loss)``."""
+    from contrastive_bert.training.runner import fit
+
+    missing = {"text", "label"} - set(train_dataset.column_names)
+    if missing:
+        raise ValueError(f"train_dataset: missing columns {sorted(missing)}")
+    loss = acl_loss_for_method(model, label_names, method, **loss_options)
+    trainer = fit(model, train_dataset, loss, recipe, output_dir, callbacks=callbacks, batch_sampler="group_by_label")
+    return trainer, loss
