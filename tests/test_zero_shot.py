@@ -98,3 +98,17 @@ def test_classify_cli_zero_shot_and_trained_head(tiny_model, tmp_path, capsys):
     empty.write_text("\n")
     assert main(["classify", "--model", str(tmp_path / "plain"), "--labels", "a,b", "--input", str(empty)]) == 2
     assert "--input" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bundled_model_zero_shot_on_banking_intents(bundled_model):
+    labels = ["lost or stolen card", "exchange rate", "top up failed", "card arrival"]
+    classifier = ZeroShotClassifier(bundled_model, labels)
+    texts = [
+        "Someone stole my card yesterday, please block it",
+        "What rate do you use to convert euros to dollars?",
+        "My attempt to add money to my account did not work",
+        "When will my new card be delivered?",
+    ]
+    assert classifier.predict(texts) == labels
+    assert classifier.predict_proba(texts).shape == (4, 4)
