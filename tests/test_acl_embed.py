@@ -288,7 +288,8 @@ def test_short_training_lowers_the_loss_and_saves_the_head(tiny_model, tmp_path)
         learning_rate=2e-3,
         batch_sampler=BatchSamplers.GROUP_BY_LABEL,
         logging_steps=4,
-        save_strategy="no",
+        save_strategy="steps",
+        save_steps=8,
         report_to=[],
         use_cpu=True,
         seed=0,
@@ -311,6 +312,16 @@ def test_short_training_lowers_the_loss_and_saves_the_head(tiny_model, tmp_path)
     predictions = predict(reloaded, list(dataset["text"]))
     accuracy = sum(LABELS.index(p) == y for p, y in zip(predictions, dataset["label"])) / len(dataset)
     assert accuracy > 0.6
+
+    # resume: the trainer's checkpoint restores the head into a model whose head starts elsewhere
+    import copy
+
+    fresh = copy.deepcopy(tiny_model)
+    with torch.no_grad():
+        find_label_head(fresh).weight.normal_()
+    resumed = SentenceTransformerTrainer(model=fresh, args=args, train_dataset=dataset, loss=ACLEmbedLoss(fresh, LABELS))
+    resumed._load_from_checkpoint(str(tmp_path / "out" / f"checkpoint-{trainer.state.global_step}"))
+    torch.testing.assert_close(find_label_head(fresh).weight, find_label_head(tiny_model).weight)
 
 
 def test_registry_builds_acl_from_classlabel_names(tiny_model):
