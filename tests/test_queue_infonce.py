@@ -340,3 +340,41 @@ def test_mine_cli(tiny_model, tmp_path, monkeypatch):
     args = parser.parse_args(["mine", "--dataset", str(source), "--output", str(output), "--num-negatives", "0"])
     with pytest.raises(ValueError, match="num-negatives"):
         args.func(args)
+
+
+@pytest.mark.parametrize("backend", ["torch", "faiss"])
+def test_hard_negatives_only_mode_matches_reference(tiny_model, backend):
+    """ANCE style (use_queue_negatives=False): batch + k mined rows; FAISS and torch agree."""
+    from contrastive_bert.mining import faiss_available
+
+    if backend == "faiss" and not faiss_available():
+        pytest.skip("faiss not installed")
+    torch.manual_seed(1)
+    loss = QueueInfoNCELoss(tiny_model, queue_size=50, temperature=0.1, num_hard_negatives=5,
+                            use_queue_negatives=False, relative_margin=None, mining_backend=backend)
+    anchors, positives = torch.randn(4, loss.dim), torch.randn(4, loss.dim)
+    _fill_queue(loss, 50, near=anchors)
+    parts = loss.compute_loss_from_embeddings([anchors, positives])
+    queue = loss.queue.queue_embeddings[:50]
+    hard_idx = torch.topk(F.normalize(anchors, dim=1) @ queue.T, 5, dim=1).indices
+    keep = torch.zeros(4, 50, dtype=torch.bool)  # no other queue rows
+    expected = _reference_loss(anchors, positives, queue, hard_idx, keep, 0.1, None)
+    assert math.isclose(float(sum(parts.values())), expected, rel_tol=1e-5)
+    assert parts["queue"].item() == 0 and parts["hard"] > 0
+
+
+def test_same_label_rows_are_not_negatives(tiny_model):
+    torch.manual_seed(2)
+    anchors, positives = torch.randn(3, 32), torch.randn(3, 32)
+    rows = torch.randn(10, 32)
+    labels = torch.tensor([1, 2] * 5)
+    filtered = QueueInfoNCELoss(tiny_model, queue_size=10, filter_same_label=True, relative_margin=None)
+    filtered.queue.enqueue(rows, labels=labels)
+    only_other = QueueInfoNCELoss(tiny_model, queue_size=10, relative_margin=None)
+    only_other.queue.enqueue(rows[labels == 2])
+    got = sum(filtered.compute_loss_from_embeddings([anchors, positives], labels=torch.tensor([1, 1, 1])).values())
+    expected = sum(only_other.compute_loss_from_embeddings([anchors, positives]).values())
+    torch.testing.assert_close(got, expected)
+    # float labels (e.g. STS scores) are not class labels: no label filtering
+    unfiltered = sum(filtered.compute_loss_from_embeddings([anchors, positives], labels=torch.tensor([1.0, 1.0, 1.0])).values())
+    assert unfiltered > got
