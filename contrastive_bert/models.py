@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 DEFAULT_MODEL = "default"
@@ -28,14 +29,35 @@ def resolve_model_name(name_or_path: str) -> str:
     return name_or_path
 
 
+def _own_module_classes(path: Path) -> dict[str, type]:
+    """Module classes of this package named in a saved model's ``modules.json`` (label heads,
+    exit heads). sentence-transformers refuses non-ST module types without
+    ``trust_remote_code``; importing this installed package needs no such flag."""
+    from sentence_transformers.util import import_from_string
+
+    modules_json = path / "modules.json"
+    if not modules_json.is_file():
+        return {}
+    entries = json.loads(modules_json.read_text(encoding="utf-8"))
+    return {e["type"]: import_from_string(e["type"]) for e in entries if e.get("type", "").startswith("contrastive_bert.")}
+
+
 def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, **kwargs):
     """Load a ``SentenceTransformer``. Local folders load with ``local_files_only`` so that
-    loading never touches the network; hub ids download as usual for online users."""
+    loading never touches the network (hub ids download as usual for online users), and models
+    saved with this package's heads load without ``trust_remote_code``."""
     from sentence_transformers import SentenceTransformer
 
     resolved = resolve_model_name(name_or_path)
-    if Path(resolved).exists():
-        kwargs.setdefault("local_files_only", True)
-    elif resolved.startswith((".", "/", "~")):
-        raise ValueError(f"model: local path {name_or_path!r} does not exist")
-    return SentenceTransformer(resolved, device=device, **kwargs)
+    path = Path(resolved).expanduser()
+    if not path.exists():
+        if resolved.startswith((".", "/", "~")):
+            raise ValueError(f"model: local path {name_or_path!r} does not exist")
+        return SentenceTransformer(resolved, device=device, **kwargs)
+    kwargs.setdefault("local_files_only", True)
+    own_classes = _own_module_classes(path)
+    if own_classes and hasattr(SentenceTransformer, "_load_with_module_classes"):
+        return SentenceTransformer._load_with_module_classes(str(path), own_classes, device=device, **kwargs)
+    if own_classes:  # older sentence-transformers: the flag is what allows importing our own modules
+        kwargs.setdefault("trust_remote_code", True)
+    return SentenceTransformer(str(path), device=device, **kwargs)

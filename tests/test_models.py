@@ -75,4 +75,4 @@ def test_local_folder_round_trip(tiny_model, tmp_path):
 @pytest.mark.slow
 def test_default_model_really_loads():
     model = load_model("default", device="cpu")
-    assert model.get_sentence_embedding_dimension() == 384
+    assert model.get_embedding_dimension() == 384

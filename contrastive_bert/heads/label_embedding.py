@@ -25,8 +25,6 @@ module classes.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -320,27 +318,8 @@ def predict(model: nn.Module, texts: Iterable[str], batch_size: int = 32) -> lis
 
 
 def load_model_with_head(model_name_or_path: str, device: str | None = None, **kwargs: Any):
-    """Load a saved SentenceTransformer whose modules include ``contrastive_bert`` modules.
+    """Load a saved SentenceTransformer whose modules include ``contrastive_bert`` modules
+    (same as :func:`contrastive_bert.models.load_model`, kept for discoverability next to the head)."""
+    from contrastive_bert.models import load_model
 
-    Only module types under ``contrastive_bert.`` (this installed package) are resolved
-    without ``trust_remote_code``; every other non-sentence-transformers type still needs the flag.
-    """
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.util import import_from_string
-
-    from contrastive_bert.models import resolve_model_name
-
-    path = resolve_model_name(model_name_or_path)
-    modules_json = os.path.join(path, "modules.json")
-    module_classes: dict[str, type] = {}
-    if os.path.isfile(modules_json):
-        with open(modules_json, encoding="utf-8") as handle:
-            for entry in json.load(handle):
-                if entry["type"].startswith("contrastive_bert."):
-                    module_classes[entry["type"]] = import_from_string(entry["type"])
-        kwargs.setdefault("local_files_only", True)
-    if module_classes and hasattr(SentenceTransformer, "_load_with_module_classes"):
-        return SentenceTransformer._load_with_module_classes(path, module_classes, device=device, **kwargs)
-    if module_classes:  # older sentence-transformers: importing our own package is what the flag allows
-        kwargs.setdefault("trust_remote_code", True)
-    return SentenceTransformer(path, device=device, **kwargs)
+    return load_model(model_name_or_path, device=device, **kwargs)
