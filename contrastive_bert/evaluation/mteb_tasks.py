@@ -1,0 +1,388 @@
+"""MTEB integration: local data wrapped as mteb tasks, stock mteb tasks by name, and ``mteb.evaluate``.
+
+Local tasks (``LocalSTSBenchmark``, ``LocalMRPCPairClassification``, ``LocalBanking77Classification``,
+``LocalEmotionClassification``, ``LocalSST2Classification``) read their rows through
+:func:`contrastive_bert.data.load_dataset`, so they run offline on ``../shared/data`` and produce
+the same :class:`mteb.TaskResult` objects as the stock tasks. Usage::
+
+    scores = run_mteb("default", ["stsb", "banking77"], data_dir="../shared/data")
+    scores["LocalSTSBenchmark"]["main_score"]  # cosine Spearman x100
+
+    tasks = get_mteb_tasks(["stsb"], data_dir="../shared/data")
+    task_results = evaluate_mteb_tasks(model, tasks)  # list[mteb.TaskResult]
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import datasets
+import mteb
+from mteb.abstasks.classification import AbsTaskClassification
+from mteb.abstasks.pair_classification import AbsTaskPairClassification
+from mteb.abstasks.sts import AbsTaskSTS
+from mteb.abstasks.task_metadata import TaskMetadata
+
+from contrastive_bert.data import DATA_DIR_ENV, load_dataset, resolve_data_dir
+
+logger = logging.getLogger(__name__)
+
+_LOCAL_REVISION = "local"
+# our data set name -> stock mteb task name (tasks mteb ships; sst2 and mrpc have no stock text task)
+STOCK_TASKS: dict[str, str] = {
+    "stsb": "STSBenchmark",
+    "banking77": "Banking77Classification",
+    "emotion": "EmotionClassification",
+}
+
+
+class _LocalDataMixin:
+    """Shared ``load_data`` for tasks backed by our data registry.
+
+    ``max_samples`` subsamples the evaluation split (seeded; stratified by label for
+    classification), e.g. for fast unit tests; ``None`` keeps every row.
+    """
+
+    dataset_name: str
+    metadata: TaskMetadata
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike | None = None,
+        max_samples: int | None = None,
+        seed: int = 42,
+        **kwargs: Any,
+    ) -> None:
+        if max_samples is not None and (not isinstance(max_samples, int) or max_samples < 1):
+            raise ValueError(f"max_samples: expected a positive int or None, got {max_samples!r}")
+        self.data_dir = data_dir
+        self.max_samples = max_samples
+        super().__init__(seed=seed, **kwargs)
+
+    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
+        """Read the local splits through the registry and map them to mteb's columns."""
+        if self.data_loaded:
+            return
+        raw = load_dataset(self.dataset_name, data_dir=self.data_dir)
+        splits = self._to_mteb_columns(raw)
+        if self.max_samples is not None:
+            splits = self._subsample(splits)
+        self.dataset = {"default": splits}
+        self.data_loaded = True
+
+    def _to_mteb_columns(self, raw: datasets.DatasetDict) -> datasets.DatasetDict:
+        return raw
+
+    def _subsample(self, splits: datasets.DatasetDict) -> datasets.DatasetDict:
+        for split in self.metadata.eval_splits:
+            if self.max_samples < len(splits[split]):
+                splits[split] = splits[split].shuffle(seed=self.seed).select(range(self.max_samples))
+        return splits
+
+
+class LocalSTSBenchmark(_LocalDataMixin, AbsTaskSTS):
+    """STS Benchmark test split from local files; scores rescaled from [0, 1] to mteb's [0, 5]."""
+
+    dataset_name = "stsb"
+    min_score = 0
+    max_score = 5
+    metadata = TaskMetadata(
+        name="LocalSTSBenchmark",
+        dataset={"path": "sentence-transformers/stsb", "revision": _LOCAL_REVISION},
+        description="STS Benchmark (STSbenchmark) read from local files through contrastive_bert's data registry.",
+        reference="https://github.com/PhilipMay/stsb-multi-mt/",
+        type="STS",
+        category="t2t",
+        modalities=["text"],
+        eval_splits=["test"],
+        eval_langs=["eng-Latn"],
+        main_score="cosine_spearman",
+        date=("2017-01-01", "2017-12-31"),
+        domains=["Blog", "News", "Written"],
+        task_subtypes=[],
+        license="not specified",
+        annotations_creators="human-annotated",
+        dialect=[],
+        sample_creation="found",
+        bibtex_citation="",
+        adapted_from=["STSBenchmark"],
+    )
+
+    def _to_mteb_columns(self, raw: datasets.DatasetDict) -> datasets.DatasetDict:
+        return datasets.DatasetDict(
+            {
+                name: split.remove_columns("score").add_column("score", [s * self.max_score for s in split["score"]])
+                for name, split in raw.items()
+            }
+        )
+
+
+class LocalMRPCPairClassification(_LocalDataMixin, AbsTaskPairClassification):
+    """MRPC test split as pair classification (1 = paraphrase); main score max AP as mteb's pair tasks."""
+
+    dataset_name = "mrpc"
+    metadata = TaskMetadata(
+        name="LocalMRPCPairClassification",
+        dataset={"path": "nyu-mll/glue", "name": "mrpc", "revision": _LOCAL_REVISION},
+        description="Microsoft Research Paraphrase Corpus read from local files through contrastive_bert's data registry.",
+        reference="https://aclanthology.org/I05-5002/",
+        type="PairClassification",
+        category="t2t",
+        modalities=["text"],
+        eval_splits=["test"],
+        eval_langs=["eng-Latn"],
+        main_score="max_ap",
+        date=("2005-01-01", "2005-12-31"),
+        domains=["News", "Written"],
+        task_subtypes=[],
+        license="not specified",
+        annotations_creators="human-annotated",
+        dialect=[],
+        sample_creation="found",
+        bibtex_citation="",
+    )
+
+    def _to_mteb_columns(self, raw: datasets.DatasetDict) -> datasets.DatasetDict:
+        return raw.rename_column("label", self.label_column_name)
+
+
+class _LocalClassification(_LocalDataMixin, AbsTaskClassification):
+    """Classification task over a local ``text``/``label`` data set (logistic regression on frozen
+    embeddings, ``n_experiments`` undersampled training sets of ``samples_per_label`` per label)."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike | None = None,
+        max_samples: int | None = None,
+        seed: int = 42,
+        n_experiments: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if n_experiments is not None:
+            if not isinstance(n_experiments, int) or n_experiments < 1:
+                raise ValueError(f"n_experiments: expected a positive int or None, got {n_experiments!r}")
+            self.n_experiments = n_experiments
+        super().__init__(data_dir=data_dir, max_samples=max_samples, seed=seed, **kwargs)
+
+    def _subsample(self, splits: datasets.DatasetDict) -> datasets.DatasetDict:
+        return self.stratified_subsampling(
+            splits, seed=self.seed, splits=list(self.metadata.eval_splits), n_samples=self.max_samples
+        )
+
+
+def _classification_metadata(name: str, path: str, description: str, reference: str, **fields: Any) -> TaskMetadata:
+    return TaskMetadata(
+        name=name,
+        dataset={"path": path, "revision": _LOCAL_REVISION},
+        description=description,
+        reference=reference,
+        type="Classification",
+        category="t2c",
+        modalities=["text"],
+        eval_splits=["test"],
+        eval_langs=["eng-Latn"],
+        main_score="accuracy",
+        task_subtypes=[],
+        license="not specified",
+        annotations_creators="human-annotated",
+        dialect=[],
+        sample_creation="found",
+        bibtex_citation="",
+        **fields,
+    )
+
+
+class LocalBanking77Classification(_LocalClassification):
+    """Banking77 intent classification (77 labels) from local files."""
+
+    dataset_name = "banking77"
+    metadata = _classification_metadata(
+        "LocalBanking77Classification",
+        "PolyAI/banking77",
+        "Online banking queries annotated with their intents, read from local files.",
+        "https://arxiv.org/abs/2003.04807",
+        date=("2019-01-01", "2019-12-31"),
+        domains=["Written"],
+        adapted_from=["Banking77Classification"],
+    )
+
+
+class LocalEmotionClassification(_LocalClassification):
+    """Emotion classification of tweets (6 labels) from local files; 16 samples per label as the stock task."""
+
+    dataset_name = "emotion"
+    samples_per_label = 16
+    metadata = _classification_metadata(
+        "LocalEmotionClassification",
+        "dair-ai/emotion",
+        "English Twitter messages with six basic emotions, read from local files.",
+        "https://www.aclweb.org/anthology/D18-1404",
+        date=("2017-01-01", "2018-12-31"),
+        domains=["Social", "Written"],
+        adapted_from=["EmotionClassification"],
+    )
+
+
+class LocalSST2Classification(_LocalClassification):
+    """SST-2 binary sentiment classification from local files."""
+
+    dataset_name = "sst2"
+    metadata = _classification_metadata(
+        "LocalSST2Classification",
+        "nyu-mll/glue",
+        "Stanford Sentiment Treebank binary sentiment (SST-2), read from local files.",
+        "https://aclanthology.org/D13-1170/",
+        date=("2013-01-01", "2013-12-31"),
+        domains=["Reviews", "Written"],
+    )
+
+
+LOCAL_TASKS: dict[str, type[_LocalDataMixin]] = {
+    "stsb": LocalSTSBenchmark,
+    "mrpc": LocalMRPCPairClassification,
+    "banking77": LocalBanking77Classification,
+    "emotion": LocalEmotionClassification,
+    "sst2": LocalSST2Classification,
+}
+# accepted aliases: mteb task names (stock and local) -> our data set name
+_ALIASES: dict[str, str] = {
+    **{stock.lower(): name for name, stock in STOCK_TASKS.items()},
+    **{cls.metadata.name.lower(): name for name, cls in LOCAL_TASKS.items()},
+}
+
+
+def supported_tasks() -> list[str]:
+    """Data set names :func:`get_mteb_tasks` accepts (mteb task names of them work too)."""
+    return sorted(LOCAL_TASKS)
+
+
+def _canonical_name(name: Any) -> str:
+    if isinstance(name, str):
+        key = name.strip().lower()
+        if key in LOCAL_TASKS:
+            return key
+        if key in _ALIASES:
+            return _ALIASES[key]
+    raise ValueError(
+        f"names: unsupported MTEB task {name!r}; supported: {', '.join(supported_tasks())} "
+        f"(or the mteb names {', '.join(sorted(STOCK_TASKS.values()))})"
+    )
+
+
+def get_mteb_tasks(
+    names: Sequence[str],
+    data_dir: str | os.PathLike | None = None,
+    online: bool = False,
+    max_samples: int | None = None,
+    n_experiments: int | None = None,
+) -> list[mteb.AbsTask]:
+    """mteb task objects for ``names`` (e.g. ``["stsb", "banking77"]``).
+
+    With a local data root (``data_dir`` or ``$CONTRASTIVE_BERT_DATA``) and ``online=False``:
+    the ``Local*`` wrappers over our files. With ``online=True`` or no local data: the stock
+    mteb tasks (``STSBenchmark``, ``Banking77Classification``, ``EmotionClassification``,
+    downloaded by mteb); ``sst2``/``mrpc`` have no stock task and use the local wrappers, which
+    fall back to the hub through our registry. ``max_samples``/``n_experiments`` only apply to
+    local wrappers (subsampled eval split, number of classifier runs).
+    """
+    if isinstance(names, str) or not isinstance(names, Sequence) or len(names) == 0:
+        raise ValueError(f"names: expected a non-empty list of task names, got {names!r}")
+    canonical = [_canonical_name(n) for n in names]
+    if len(set(canonical)) != len(canonical):
+        raise ValueError(f"names: duplicate tasks in {list(names)}")
+    root = resolve_data_dir(data_dir)
+    use_stock = online or root is None
+    if use_stock and any(name in STOCK_TASKS for name in canonical):
+        reason = "online=True" if online else f"no local data (pass data_dir or set {DATA_DIR_ENV})"
+        logger.info("Using stock mteb tasks (%s); mteb downloads their data from the hub", reason)
+    tasks: list[mteb.AbsTask] = []
+    for name in canonical:
+        if use_stock and name in STOCK_TASKS:
+            tasks.append(mteb.get_task(STOCK_TASKS[name]))
+            continue
+        cls = LOCAL_TASKS[name]
+        kwargs: dict[str, Any] = {"data_dir": root, "max_samples": max_samples}
+        if issubclass(cls, _LocalClassification):
+            kwargs["n_experiments"] = n_experiments
+        tasks.append(cls(**kwargs))
+    return tasks
+
+
+def evaluate_mteb_tasks(
+    model: Any,
+    tasks: Sequence[mteb.AbsTask],
+    output_folder: str | os.PathLike | None = None,
+    batch_size: int = 32,
+    show_progress_bar: bool = False,
+) -> list[mteb.TaskResult]:
+    """Run ``mteb.evaluate`` offline-safely and return mteb's ``TaskResult`` objects.
+
+    No result cache is read or written (nothing lands in ``~/.cache/mteb`` or the repo) unless
+    ``output_folder`` is given: then results are saved there in mteb's cache layout
+    (``<output_folder>/results/<model>/<revision>/<task>.json``). CO2 tracking (codecarbon,
+    which looks up the location online) is off; model metadata is taken from the loaded model,
+    never fetched from the hub.
+    """
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
+    if isinstance(model, (str, os.PathLike)):
+        from contrastive_bert.models import load_model
+
+        model = load_model(str(model))
+    cache = None
+    if output_folder is not None:
+        cache = mteb.ResultCache(cache_path=Path(output_folder).expanduser())
+    model_result = mteb.evaluate(
+        model,
+        list(tasks),
+        co2_tracker=False,
+        raise_error=True,
+        encode_kwargs={"batch_size": batch_size, "show_progress_bar": show_progress_bar},
+        cache=cache,
+        overwrite_strategy="always",
+        show_progress_bar=show_progress_bar,
+    )
+    return list(model_result.task_results)
+
+
+def summarize_task_result(task_result: mteb.TaskResult, split: str = "test") -> dict[str, Any]:
+    """``{"main_score": x100, <metric>: x100, ...}`` for one mteb ``TaskResult`` (mean over subsets)."""
+    if split not in task_result.scores:
+        raise ValueError(f"split: {task_result.task_name} has splits {list(task_result.scores)}, not {split!r}")
+    entries = task_result.scores[split]
+    summary: dict[str, Any] = {"main_score": 100.0 * float(task_result.get_score(splits=[split]))}
+    metric_names = [k for k, v in entries[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    for key in metric_names:
+        if key == "main_score":
+            continue
+        values = [float(e[key]) for e in entries if isinstance(e.get(key), (int, float))]
+        if values and not any(math.isnan(v) for v in values):
+            summary[key] = 100.0 * sum(values) / len(values)
+    summary["mteb_task"] = task_result.task_name
+    summary["split"] = split
+    summary["dataset_revision"] = task_result.dataset_revision
+    summary["evaluation_time_s"] = task_result.evaluation_time
+    return summary
+
+
+def run_mteb(
+    model: Any,
+    names: Sequence[str],
+    data_dir: str | os.PathLike | None = None,
+    output_folder: str | os.PathLike | None = None,
+    online: bool = False,
+    batch_size: int = 32,
+    max_samples: int | None = None,
+    n_experiments: int | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Evaluate ``model`` (a ``SentenceTransformer``, ``"default"`` or a path) on ``names`` through
+    ``mteb.evaluate``; returns ``{mteb_task_name: {"main_score": x100, ...}}``. For mteb's
+    ``TaskResult`` objects call :func:`get_mteb_tasks` + :func:`evaluate_mteb_tasks`."""
+    tasks = get_mteb_tasks(names, data_dir=data_dir, online=online, max_samples=max_samples, n_experiments=n_experiments)
+    results = evaluate_mteb_tasks(model, tasks, output_folder=output_folder, batch_size=batch_size)
+    return {r.task_name: summarize_task_result(r) for r in results}
