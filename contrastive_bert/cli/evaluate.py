@@ -25,7 +25,7 @@ def add_parser(subparsers) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from contrastive_bert.data import resolve_data_dir
+    from contrastive_bert.data import load_dataset, resolve_data_dir
     from contrastive_bert.evaluation.tasks import check_tasks, evaluate_tasks
     from contrastive_bert.models import load_model, resolve_model_name
 
@@ -33,6 +33,9 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size: expected a positive integer, got {args.batch_size}")
     resolve_data_dir(args.data_dir)
+    for task in tasks:  # every split exists before the model is loaded
+        if args.split not in load_dataset(task, data_dir=args.data_dir):
+            raise ValueError(f"--split: task {task!r} has no {args.split!r} split")
     if args.output and Path(args.output).exists() and not args.overwrite:
         raise ValueError(f"--output: {args.output} exists; pass --overwrite to replace it")
     resolve_model_name(args.model)

@@ -121,7 +121,10 @@ def check_recipe(recipe: TrainingRecipe):
     from contrastive_bert.evaluation.tasks import check_tasks
     from contrastive_bert.training.train_data import check_train_datasets
 
+    from contrastive_bert.data import resolve_data_dir
+
     recipe.validate()
+    resolve_data_dir(recipe.data_dir)
     entry = get_loss_entry(recipe.loss)
     check_train_datasets(recipe.datasets, entry.data_format)
     if recipe.eval_tasks:
