@@ -34,6 +34,7 @@ __all__ = [
     "false_negative_mask",
     "mine_hard_negatives",
     "search_topk",
+    "select_top_ranked",
 ]
 
 #: FAISS GPU indexes return at most this many neighbours per query.
@@ -237,6 +238,23 @@ class HardnessSchedule:
         return int(round((1.0 - self.hardness(step)) * (self.pool_factor - 1) * k))
 
 
+def select_top_ranked(scores: Tensor, keep: Tensor, k: int, offset: int = 0) -> Tensor:
+    """Indices of the kept entries ranked ``[offset, offset + k)`` by score, per row.
+
+    scores, keep: ``(batch, n)``. Returns ``(batch, k)`` int64, ``-1`` where too few are kept.
+    """
+    batch, n = scores.shape
+    need = offset + k
+    masked = scores.masked_fill(~keep, -math.inf)
+    top_scores, top_idx = torch.topk(masked, min(need, n), dim=1)
+    top_idx = torch.where(torch.isfinite(top_scores), top_idx, torch.full_like(top_idx, -1))
+    selected = top_idx[:, offset:need]
+    if selected.shape[1] < k:
+        pad = torch.full((batch, k - selected.shape[1]), -1, dtype=torch.int64, device=scores.device)
+        selected = torch.cat([selected, pad], dim=1)
+    return selected
+
+
 def mine_hard_negatives(
     anchors: Tensor,
     positive_scores: Tensor,
@@ -285,9 +303,7 @@ def mine_hard_negatives(
         keep = false_negative_mask(
             full, positive_scores, key_ids, anchor_ids, positive_ids, key_labels, anchor_labels, **filters
         )
-        masked = full.masked_fill(~keep, -math.inf)
-        top_scores, top_idx = torch.topk(masked, min(need, n), dim=1)
-        top_idx = torch.where(torch.isfinite(top_scores), top_idx, torch.full_like(top_idx, -1))
+        return select_top_ranked(full, keep, k, offset)
     else:
         # Search path: retrieve a pool, filter it, widen the pool while too few candidates survive.
         pool = min(n, max(2 * need, need + 16))

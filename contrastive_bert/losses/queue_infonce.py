@@ -33,7 +33,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrastive_bert.mining import HardnessSchedule, faiss_available, false_negative_mask, mine_hard_negatives
+from contrastive_bert.mining import (
+    HardnessSchedule,
+    faiss_available,
+    false_negative_mask,
+    mine_hard_negatives,
+    select_top_ranked,
+)
 from contrastive_bert.queue import NO_ID, NO_LABEL, EmbeddingQueue, default_queue_size, hash_token_ids
 
 logger = logging.getLogger(__name__)
@@ -433,23 +439,21 @@ class QueueInfoNCELoss(nn.Module):
             if self.use_queue_negatives:
                 queue_scores = anchors @ batch.queue.T  # (b, n), with grad wrt anchors
                 with torch.no_grad():
+                    # one mask for both uses: the hard negatives are always filtered, the queue
+                    # negatives too unless filter_queue_negatives=False (then only by id)
+                    filtered = false_negative_mask(
+                        queue_scores.detach(), positive_scores, batch.queue_ids, slice_ids, slice_pids,
+                        batch.queue_labels if slice_labels is not None else None, slice_labels, **filters,
+                    )
                     if self.filter_queue_negatives:
-                        keep = false_negative_mask(
-                            queue_scores.detach(), positive_scores, batch.queue_ids, slice_ids, slice_pids,
-                            batch.queue_labels if slice_labels is not None else None, slice_labels, **filters,
-                        )
+                        keep = filtered.clone()
                     else:
                         keep = false_negative_mask(
                             queue_scores.detach(), positive_scores, batch.queue_ids, slice_ids, slice_pids
                         )
                     hard_idx = None
                     if k > 0:
-                        hard_idx = mine_hard_negatives(
-                            anchors.detach(), positive_scores, batch.queue, k,
-                            key_ids=batch.queue_ids, anchor_ids=slice_ids, positive_ids=slice_pids,
-                            key_labels=batch.queue_labels, anchor_labels=slice_labels,
-                            offset=batch.offset, scores=queue_scores.detach(), **filters,
-                        )
+                        hard_idx = select_top_ranked(queue_scores.detach(), filtered, k, batch.offset)
                         valid = hard_idx >= 0
                         # each row is counted once: the mined rows leave the queue block for the hard block
                         chosen = torch.zeros(keep.shape, dtype=torch.int32, device=keep.device)
