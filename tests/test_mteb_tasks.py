@@ -193,3 +193,24 @@ def test_bundled_model_reproduces_published_stsb_through_mteb(bundled_model, sha
     data = load_dataset("stsb", split="test", data_dir=shared_data)
     cosine = _cosine(bundled_model.encode(data["sentence1"]), bundled_model.encode(data["sentence2"]))
     assert main == pytest.approx(100 * spearmanr(cosine, data["score"]).statistic, abs=0.01)
+
+
+def test_eval_cli_mteb_writes_json(tiny_model, tmp_path, shared_data, capsys):
+    """`contrastive-bert eval --mteb` runs mteb on the local STS-B task and writes its scores."""
+    import json
+
+    from contrastive_bert.cli import main
+
+    model_dir = tmp_path / "model"
+    tiny_model.save(str(model_dir))
+    output = tmp_path / "scores.json"
+    code = main(["eval", "--mteb", "--model", str(model_dir), "--tasks", "stsb", "--data-dir", str(shared_data),
+                 "--output", str(output)])
+    assert code == 0
+    scores = json.loads(output.read_text())
+    assert set(scores) == {"LocalSTSBenchmark"}
+    assert -100 <= scores["LocalSTSBenchmark"]["main_score"] <= 100
+    assert "LocalSTSBenchmark" in capsys.readouterr().out
+    # an existing output file is refused, before any model loads
+    assert main(["eval", "--mteb", "--model", str(model_dir), "--tasks", "stsb", "--output", str(output)]) == 2
+    assert main(["eval", "--mteb", "--tasks", "nosuchtask"]) == 2

@@ -19,6 +19,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--data-dir", default=None, help="local data root (default: $CONTRASTIVE_BERT_DATA, else the hub)")
     parser.add_argument("--split", default="test", help="split to score (default: test)")
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--mteb", action="store_true", help="evaluate through mteb.evaluate (local data as mteb tasks; stock tasks with --online)")
+    parser.add_argument("--online", action="store_true", help="with --mteb: use mteb's stock tasks from the hub")
+    parser.add_argument("--mteb-output", default=None, help="with --mteb: folder for mteb's own result files")
     parser.add_argument("--output", default=None, help="write {task: {main_score, ...}} JSON here")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     parser.set_defaults(func=run_eval)
@@ -29,7 +32,10 @@ def run_eval(args: argparse.Namespace) -> int:
     from contrastive_bert.evaluation.tasks import check_tasks, evaluate_tasks
     from contrastive_bert.models import load_model, resolve_model_name
 
-    tasks = check_tasks([t.strip() for t in args.tasks.split(",") if t.strip()])
+    names = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if args.mteb:
+        return _run_mteb(args, names)
+    tasks = check_tasks(names)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size: expected a positive integer, got {args.batch_size}")
     resolve_data_dir(args.data_dir)
@@ -48,9 +54,27 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_mteb(args: argparse.Namespace, names: list[str]) -> int:
+    from contrastive_bert.evaluation.mteb_tasks import get_mteb_tasks, run_mteb  # imports mteb: slow, so only here
+    from contrastive_bert.models import load_model
+
+    if args.output and Path(args.output).exists() and not args.overwrite:
+        raise ValueError(f"--output: {args.output} exists; pass --overwrite to replace it")
+    get_mteb_tasks(names, data_dir=args.data_dir, online=args.online)  # name checks before the model loads
+    model = load_model(args.model)
+    results = run_mteb(model, names, data_dir=args.data_dir, output_folder=args.mteb_output, online=args.online,
+                       batch_size=args.batch_size)
+    print(format_results({name: {k: v for k, v in scores.items() if isinstance(v, (int, float))} for name, scores in results.items()}))
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
 def format_results(results: dict[str, dict]) -> str:
-    lines = [f"{'task':<18}{'main_score':>12}  other metrics"]
+    width = max([18] + [len(task) + 2 for task in results])
+    lines = [f"{'task':<{width}}{'main_score':>12}  other metrics"]
     for task, scores in results.items():
         others = ", ".join(f"{k}={v:.2f}" for k, v in scores.items() if k != "main_score" and not k.startswith("num_"))
-        lines.append(f"{task:<18}{scores['main_score']:>12.2f}  {others}")
+        lines.append(f"{task:<{width}}{scores['main_score']:>12.2f}  {others}")
     return "\n".join(lines)
