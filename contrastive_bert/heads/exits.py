@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from contrastive_bert.heads.label_embedding import LabelEmbeddingClassifier
+from contrastive_bert.models import unwrap_model
 
 EXIT_HEAD_TYPES: tuple[str, ...] = ("linear", "mha")
 POOLING_MODES: tuple[str, ...] = ("mean", "cls")
@@ -288,7 +289,7 @@ def _check_expected_layers(heads: MultiExitHeads, exit_layers: Sequence[int] | N
 
 def transformer_module(model: nn.Module) -> nn.Module:
     """The sentence-transformers ``Transformer`` module (first module) of ``model``."""
-    first = _unwrap(model)[0]
+    first = unwrap_model(model)[0]
     if not hasattr(first, "auto_model"):
         raise ValueError("model: the first module must be a sentence-transformers Transformer")
     return first
@@ -336,24 +337,13 @@ def add_exit_heads(
     if label_head is not None and list(label_head.label_names) == heads.label_names:
         copy_label_head(heads, label_head)  # the trained final classifier becomes the final exit
     device = next(transformer.parameters()).device
-    _unwrap(model).append(heads.to(device))
+    unwrap_model(model).append(heads.to(device))
     return heads
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    """The SentenceTransformer behind DDP / DataParallel / torch.compile wrappers."""
-    while True:
-        if hasattr(model, "_orig_mod"):
-            model = model._orig_mod
-        elif isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
-            model = model.module
-        else:
-            return model
 
 
 def find_exit_heads(model: nn.Module) -> MultiExitHeads | None:
     """The model's :class:`MultiExitHeads` module, or None."""
-    for module in _unwrap(model).children():
+    for module in unwrap_model(model).children():
         if isinstance(module, MultiExitHeads):
             return module
     return None
@@ -361,7 +351,7 @@ def find_exit_heads(model: nn.Module) -> MultiExitHeads | None:
 
 def remove_exit_heads(model: nn.Module) -> MultiExitHeads | None:
     """Remove the exit heads from ``model`` (to attach others); returns the removed module or None."""
-    base = _unwrap(model)
+    base = unwrap_model(model)
     heads = find_exit_heads(base)
     if heads is not None:
         base._modules = type(base._modules)(
@@ -441,7 +431,7 @@ def save_multi_exit_model(model: nn.Module, path: str | os.PathLike) -> None:
     :func:`load_multi_exit_model` restores both."""
     from contrastive_bert.heads.label_embedding import find_label_head
 
-    base = _unwrap(model)
+    base = unwrap_model(model)
     heads = get_exit_heads(base)
     label_head = find_label_head(base)
     original = base._modules

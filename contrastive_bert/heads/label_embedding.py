@@ -34,6 +34,8 @@ import torch.nn.functional as F
 from sentence_transformers.sentence_transformer.modules import Module
 from torch import Tensor, nn
 
+from contrastive_bert.models import unwrap_model
+
 try:
     from typing import Self
 except ImportError:  # pragma: no cover - python < 3.11
@@ -210,20 +212,9 @@ class LabelEmbeddingClassifier(Module):
 # --------------------------------------------------------------------------- model helpers
 
 
-def _unwrap(model: nn.Module) -> nn.Module:
-    """The SentenceTransformer behind DDP / DataParallel / torch.compile wrappers."""
-    while True:
-        if hasattr(model, "_orig_mod"):
-            model = model._orig_mod
-        elif isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
-            model = model.module
-        else:
-            return model
-
-
 def find_label_head(model: nn.Module, output_name: str = "logits") -> LabelEmbeddingClassifier | None:
     """The top-level ``LabelEmbeddingClassifier`` of ``model`` writing ``output_name``, or None."""
-    for module in _unwrap(model).children():
+    for module in unwrap_model(model).children():
         if isinstance(module, LabelEmbeddingClassifier) and module.module_output_name == output_name:
             return module
     return None
@@ -244,7 +235,7 @@ def attach_label_head(model: nn.Module, label_names: Sequence[str], **head_kwarg
                 f"got {len(names)} labels {names[:5]}...; the names and their order must match"
             )
         return head
-    base = _unwrap(model)
+    base = unwrap_model(model)
     dim = base.get_embedding_dimension()
     if dim is None:
         raise ValueError("model: cannot determine the sentence-embedding dimension to size the head")
@@ -293,7 +284,7 @@ def add_labels_from_names(
     names = _check_label_names(label_names, "label_names", min_count=1)
     if "{}" not in template:
         raise ValueError(f"template: must contain '{{}}' for the label name, got {template!r}")
-    embeddings = _unwrap(model).encode(
+    embeddings = unwrap_model(model).encode(
         [template.format(name) for name in names], batch_size=batch_size, convert_to_tensor=True
     )
     head.add_labels(names, embeddings.float())
@@ -305,7 +296,7 @@ def predict_proba(model: nn.Module, texts: Iterable[str], batch_size: int = 32) 
     """Softmax class probabilities (n, K) from the model's label head, in ``head.label_names`` order."""
     head = _require_head(model)
     texts = _check_texts(texts)
-    embeddings = _unwrap(model).encode(texts, batch_size=batch_size, convert_to_tensor=True)
+    embeddings = unwrap_model(model).encode(texts, batch_size=batch_size, convert_to_tensor=True)
     logits = head.logits(embeddings.to(head.weight.device).float())
     return torch.softmax(logits, dim=-1).cpu().numpy()
 

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from contrastive_bert.heads.label_embedding import _check_label_names, _check_texts, _unwrap
+from contrastive_bert.heads.label_embedding import _check_label_names, _check_texts
+from contrastive_bert.models import unwrap_model
 
 __all__ = ["ZeroShotClassifier"]
 
@@ -60,7 +61,7 @@ class ZeroShotClassifier:
             raise ValueError(f"scale: must be > 0, got {scale}")
         if batch_size < 1:
             raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
-        self.model = _unwrap(model)
+        self.model = unwrap_model(model)
         self.labels = names
         self.template = template
         self.multi_label = bool(multi_label)

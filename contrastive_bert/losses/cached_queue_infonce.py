@@ -20,7 +20,8 @@ from sentence_transformers.base.losses.gradcache import (
 )
 from torch import Tensor, nn
 
-from contrastive_bert.losses.queue_infonce import QueueInfoNCELoss, _unwrap, feature_ids
+from contrastive_bert.losses.queue_infonce import QueueInfoNCELoss, feature_ids
+from contrastive_bert.models import unwrap_model
 
 __all__ = ["CachedQueueInfoNCELoss"]
 
@@ -40,7 +41,7 @@ class CachedQueueInfoNCELoss(CachedLossMixin, QueueInfoNCELoss):
         if not isinstance(mini_batch_size, int) or mini_batch_size <= 0:
             raise ValueError(f"mini_batch_size: expected a positive int, got {mini_batch_size!r}")
         _validate_mini_batch_num_tokens(mini_batch_num_tokens)
-        if has_static_embedding_input(_unwrap(model)):
+        if has_static_embedding_input(unwrap_model(model)):
             raise ValueError("model: a StaticEmbedding model cannot be split into mini-batches; use QueueInfoNCELoss")
         QueueInfoNCELoss.__init__(self, model, **kwargs)
         self.mini_batch_size = mini_batch_size
@@ -91,7 +92,7 @@ class CachedQueueInfoNCELoss(CachedLossMixin, QueueInfoNCELoss):
             raise ValueError(f"sentence_features: expected at least 2 columns (anchor, positive), got {len(sentence_features)}")
         anchor_ids = feature_ids(sentence_features[0])
         positive_ids = feature_ids(sentence_features[1])
-        training = _unwrap(self.model).training and torch.is_grad_enabled()
+        training = unwrap_model(self.model).training and torch.is_grad_enabled()
         if training:
             self.update_momentum_encoder()
         self._pending_ids = (anchor_ids, positive_ids)

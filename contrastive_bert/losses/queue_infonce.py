@@ -40,6 +40,7 @@ from contrastive_bert.mining import (
     mine_hard_negatives,
     select_top_ranked,
 )
+from contrastive_bert.models import unwrap_model
 from contrastive_bert.queue import NO_ID, NO_LABEL, EmbeddingQueue, default_queue_size, hash_token_ids
 
 logger = logging.getLogger(__name__)
@@ -47,12 +48,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["QueueInfoNCELoss", "build_queue_infonce_loss"]
 
 PART_NAMES = ("in_batch", "queue", "hard")
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    """The bare SentenceTransformer behind DDP / torch.compile wrappers."""
-    model = getattr(model, "_orig_mod", model)
-    return getattr(model, "module", model)
 
 
 def feature_ids(features: dict[str, Any]) -> Tensor:
@@ -191,7 +186,7 @@ class QueueInfoNCELoss(nn.Module):
         self.check_finite = check_finite
         self.requested_queue_size = queue_size
 
-        bare = _unwrap(model)
+        bare = unwrap_model(model)
         get_dim = getattr(bare, "get_embedding_dimension", None) or bare.get_sentence_embedding_dimension
         self.dim = int(get_dim())
         self.queue: EmbeddingQueue | None = None
@@ -200,7 +195,7 @@ class QueueInfoNCELoss(nn.Module):
         self.register_buffer("num_steps", torch.zeros((), dtype=torch.int64))
         self.ema_model: nn.Module | None = None
         if momentum is not None:
-            self.ema_model = copy.deepcopy(_unwrap(model))
+            self.ema_model = copy.deepcopy(unwrap_model(model))
             self.ema_model.requires_grad_(False)
             self.ema_model.eval()
 
@@ -258,7 +253,7 @@ class QueueInfoNCELoss(nn.Module):
             else:
                 size = default_queue_size(2**40, global_batch_size)  # unknown data size: the 65536 cap
                 logger.info("queue_size=None and train_dataset_size unknown: using %d rows", size)
-            device = next(_unwrap(self.model).parameters()).device
+            device = next(unwrap_model(self.model).parameters()).device
             self.queue = EmbeddingQueue(size, self.dim, gather_distributed=self.gather_across_devices).to(device)
         if global_batch_size > self.queue.size:
             raise ValueError(
@@ -286,7 +281,7 @@ class QueueInfoNCELoss(nn.Module):
             raise ValueError(
                 f"state: the saved queue has embedding size {state['dim']} but the model's is {self.dim}"
             )
-        device = next(_unwrap(self.model).parameters()).device
+        device = next(unwrap_model(self.model).parameters()).device
         if state["queue"] is not None:
             saved = state["queue"]["queue_embeddings"]
             if saved.ndim != 2 or saved.shape[1] != self.dim:
@@ -308,7 +303,7 @@ class QueueInfoNCELoss(nn.Module):
         """EMA step ``ema = m * ema + (1 - m) * online`` (parameters; buffers are copied)."""
         if self.ema_model is None:
             return
-        online = _unwrap(self.model)
+        online = unwrap_model(self.model)
         m = self.momentum
         for ema_p, p in zip(self.ema_model.parameters(), online.parameters()):
             ema_p.mul_(m).add_(p.detach().to(ema_p.dtype), alpha=1.0 - m)
@@ -347,7 +342,7 @@ class QueueInfoNCELoss(nn.Module):
         anchor_ids = feature_ids(sentence_features[0])
         positive_ids = feature_ids(sentence_features[1])
         embeddings = embed_columns(self.model, sentence_features)
-        training = _unwrap(self.model).training and torch.is_grad_enabled()
+        training = unwrap_model(self.model).training and torch.is_grad_enabled()
         if training:
             self.update_momentum_encoder()
         parts = self.compute_loss_from_embeddings(embeddings, labels, anchor_ids=anchor_ids, positive_ids=positive_ids)
