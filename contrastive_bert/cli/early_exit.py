@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from contrastive_bert.inference.early_exit import DEFAULT_THRESHOLDS, EXIT_CRITERIA
+from contrastive_bert.inference.exit_criteria import DEFAULT_THRESHOLDS, EXIT_CRITERIA
 
 
 def _thresholds(text: str) -> list[float]:

@@ -27,9 +27,8 @@ from torch import Tensor, nn
 from transformers.masking_utils import create_bidirectional_mask
 
 from contrastive_bert.heads.exits import MultiExitHeads, get_exit_heads, transformer_module
+from contrastive_bert.inference.exit_criteria import DEFAULT_THRESHOLDS, EXIT_CRITERIA
 
-EXIT_CRITERIA: tuple[str, ...] = ("confidence", "margin", "patience", "none")
-DEFAULT_THRESHOLDS: dict[str, float] = {"confidence": 0.9, "margin": 0.3}
 
 
 class LayerwiseEncoder:
