@@ -39,12 +39,12 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size: expected a positive integer, got {args.batch_size}")
     resolve_data_dir(args.data_dir)
+    resolve_model_name(args.model)
+    if args.output and Path(args.output).exists() and not args.overwrite:
+        raise ValueError(f"--output: {args.output} exists; pass --overwrite to replace it")
     for task in tasks:  # every split exists before the model is loaded
         if args.split not in load_dataset(task, data_dir=args.data_dir):
             raise ValueError(f"--split: task {task!r} has no {args.split!r} split")
-    if args.output and Path(args.output).exists() and not args.overwrite:
-        raise ValueError(f"--output: {args.output} exists; pass --overwrite to replace it")
-    resolve_model_name(args.model)
     model = load_model(args.model)
     results = evaluate_tasks(model, tasks, data_dir=args.data_dir, split=args.split, batch_size=args.batch_size)
     print(format_results(results))
