@@ -42,6 +42,19 @@ def _precision_flags(mixed_precision: str) -> dict[str, bool]:
     return {mixed_precision: True}
 
 
+def _checkpointing_flags(enabled: bool) -> dict:
+    """Non-reentrant activation checkpointing, under the argument name this transformers has
+    (``activation_checkpointing`` from v5; ``gradient_checkpointing`` before)."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    name = "activation_checkpointing" if "activation_checkpointing" in {f.name for f in dataclasses.fields(TrainingArguments)} else "gradient_checkpointing"
+    if not enabled:
+        return {name: False}
+    return {name: True, f"{name}_kwargs": {"use_reentrant": False}}
+
+
 def training_arguments(recipe: TrainingRecipe, output_dir: str, batch_sampler: str = "batch_sampler", has_evaluator: bool = True):
     """``SentenceTransformerTrainingArguments`` from a recipe (checkpoints under ``output_dir``)."""
     from sentence_transformers import SentenceTransformerTrainingArguments
@@ -58,8 +71,6 @@ def training_arguments(recipe: TrainingRecipe, output_dir: str, batch_sampler: s
         seed=recipe.seed,
         data_seed=recipe.seed,
         gradient_accumulation_steps=recipe.gradient_accumulation_steps,
-        gradient_checkpointing=recipe.gradient_checkpointing,
-        gradient_checkpointing_kwargs={"use_reentrant": False} if recipe.gradient_checkpointing else None,
         max_grad_norm=recipe.max_grad_norm if recipe.max_grad_norm is not None else 0.0,
         eval_strategy="steps" if has_evaluator else "no",
         eval_steps=recipe.eval_steps,
@@ -71,6 +82,7 @@ def training_arguments(recipe: TrainingRecipe, output_dir: str, batch_sampler: s
         report_to="none",
         dataloader_drop_last=True,
         **_precision_flags(recipe.mixed_precision),
+        **_checkpointing_flags(recipe.gradient_checkpointing),
     )
 
 
