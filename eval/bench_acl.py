@@ -38,6 +38,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--head-learning-rate", type=float, default=5e-3, help="learning rate of the freshly initialised label head")
     parser.add_argument("--max-seq-length", type=int, default=32)
     parser.add_argument("--test-samples", type=int, default=800)
     parser.add_argument("--temperature", type=float, default=0.5)
@@ -64,6 +65,7 @@ def run_one(name, train, test, names, method, seed, args):
     model = load_model("default", device="cpu")
     recipe = TrainingRecipe(
         datasets=[name], max_steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
+        head_learning_rate=args.head_learning_rate,
         seed=seed, max_seq_length=args.max_seq_length, logging_steps=max(1, args.steps // 6),
         save_steps=10**6, eval_steps=10**6, dev_task=None, eval_tasks=[],
     )

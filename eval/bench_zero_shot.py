@@ -56,6 +56,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--head-learning-rate", type=float, default=5e-3, help="learning rate of the freshly initialised label head")
     parser.add_argument("--max-seq-length", type=int, default=32)
     parser.add_argument("--emotion-test-samples", type=int, default=1000)
     parser.add_argument("--data-dir", default=None)
@@ -110,6 +111,7 @@ def main(argv=None) -> int:
             model = load_model("default", device="cpu")
             recipe = TrainingRecipe(
                 datasets=["banking77"], max_steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
+                head_learning_rate=args.head_learning_rate,
                 seed=seed, max_seq_length=args.max_seq_length, logging_steps=max(1, args.steps // 6),
                 save_steps=10**6, eval_steps=10**6, dev_task=None, eval_tasks=[],
             )

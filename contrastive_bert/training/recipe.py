@@ -29,6 +29,7 @@ class TrainingRecipe:
     max_steps: int = -1
     batch_size: int = 32
     learning_rate: float = 2e-5
+    head_learning_rate: float | None = None
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     seed: int = 42
@@ -78,6 +79,8 @@ class TrainingRecipe:
             raise ValueError(f"warmup_ratio: expected a value in [0, 1), got {self.warmup_ratio!r}")
         if not 0 <= self.min_pair_score <= 1:
             raise ValueError(f"min_pair_score: expected a value in [0, 1], got {self.min_pair_score!r}")
+        if self.head_learning_rate is not None and not self.head_learning_rate > 0:
+            raise ValueError(f"head_learning_rate: expected a positive number or None, got {self.head_learning_rate!r}")
         if self.max_seq_length is not None and self.max_seq_length < 2:
             raise ValueError(f"max_seq_length: expected at least 2 tokens, got {self.max_seq_length!r}")
         if self.max_train_samples is not None and self.max_train_samples < 1:

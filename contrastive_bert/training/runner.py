@@ -55,9 +55,28 @@ def _checkpointing_flags(enabled: bool) -> dict:
     return {name: True, f"{name}_kwargs": {"use_reentrant": False}}
 
 
-def training_arguments(recipe: TrainingRecipe, output_dir: str, batch_sampler: str = "batch_sampler", has_evaluator: bool = True):
-    """``SentenceTransformerTrainingArguments`` from a recipe (checkpoints under ``output_dir``)."""
+def head_parameter_pattern(model) -> str | None:
+    """Regex over the loss's parameter names (``model.<i>.…``) for every trainable module on top
+    of the encoder (module 0): label heads, exit heads, dense layers. None when there is none."""
+    indices = [str(i) for i, module in enumerate(model) if i > 0 and any(p.requires_grad for p in module.parameters())]
+    return rf"(^|\.)model\.({'|'.join(indices)})\." if indices else None
+
+
+def training_arguments(
+    recipe: TrainingRecipe,
+    output_dir: str,
+    batch_sampler: str = "batch_sampler",
+    has_evaluator: bool = True,
+    head_pattern: str | None = None,
+):
+    """``SentenceTransformerTrainingArguments`` from a recipe (checkpoints under ``output_dir``).
+    With ``recipe.head_learning_rate``, parameters matching ``head_pattern`` get that rate: a
+    freshly initialised head needs a far larger step than the pretrained encoder."""
     from sentence_transformers import SentenceTransformerTrainingArguments
+
+    rate_mapping = {}
+    if recipe.head_learning_rate is not None and head_pattern is not None:
+        rate_mapping = {"learning_rate_mapping": {head_pattern: recipe.head_learning_rate}}
 
     return SentenceTransformerTrainingArguments(
         output_dir=output_dir,
@@ -83,6 +102,7 @@ def training_arguments(recipe: TrainingRecipe, output_dir: str, batch_sampler: s
         dataloader_drop_last=True,
         **_precision_flags(recipe.mixed_precision),
         **_checkpointing_flags(recipe.gradient_checkpointing),
+        **rate_mapping,
     )
 
 
@@ -118,7 +138,10 @@ def fit(
         model.max_seq_length = recipe.max_seq_length
     if recipe.freeze_layers or recipe.freeze_embeddings:
         freeze_layers(model, recipe.freeze_layers, freeze_embeddings=recipe.freeze_embeddings or recipe.freeze_layers > 0)
-    args = training_arguments(recipe, output_dir, batch_sampler=batch_sampler, has_evaluator=evaluator is not None)
+    args = training_arguments(
+        recipe, output_dir, batch_sampler=batch_sampler, has_evaluator=evaluator is not None,
+        head_pattern=head_parameter_pattern(model),
+    )
     callbacks = list(callbacks or []) + loss_callbacks(loss, resume_from_checkpoint)
     trainer = SentenceTransformerTrainer(
         model=model, args=args, train_dataset=train_dataset, loss=loss, evaluator=evaluator, callbacks=callbacks
