@@ -309,3 +309,19 @@ def test_training_arguments_from_recipe(tmp_path):
     assert args.warmup_steps == 0.25  # a float < 1 is a ratio of the total steps
     args = training_arguments(recipe, str(tmp_path), has_evaluator=True)
     assert args.eval_strategy == "steps" and args.eval_steps == 3
+
+
+def test_bundled_recipes_build_their_losses(tiny_model, shared_data):
+    """Every recipe in scripts/recipes/ names loss options its loss accepts."""
+    import copy
+    from pathlib import Path
+
+    from contrastive_bert.training.train_data import build_train_dataset
+
+    folder = Path(__file__).resolve().parents[1] / "scripts" / "recipes"
+    for path in sorted(folder.glob("*.y*ml")):
+        recipe = TrainingRecipe.from_file(path, {"data_dir": str(shared_data)})
+        entry = get_loss_entry(recipe.loss)
+        rows = build_train_dataset(recipe.datasets, entry.data_format, data_dir=str(shared_data), max_samples=64)
+        loss = entry.build(copy.deepcopy(tiny_model), rows, recipe)
+        assert loss.get_config_dict() is not None, path.name
