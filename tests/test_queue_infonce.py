@@ -378,3 +378,29 @@ def test_same_label_rows_are_not_negatives(tiny_model):
     # float labels (e.g. STS scores) are not class labels: no label filtering
     unfiltered = sum(filtered.compute_loss_from_embeddings([anchors, positives], labels=torch.tensor([1.0, 1.0, 1.0])).values())
     assert unfiltered > got
+
+
+def test_other_positives_of_the_same_anchor_are_not_negatives(tiny_model):
+    """A query with two correct answers: the first answer, queued, is no negative for the second pair."""
+    tiny_model.train()
+    question = "who wrote the iron lady biography?"
+    first = _features(tiny_model, [question, "a question about cats"], ["hugo young wrote it", "cats purr"])
+    second = _features(tiny_model, [question, "what is the capital of peru?"], ["the author is hugo young", "lima"])
+
+    def queue_part(filter_same_anchor: bool) -> float:
+        torch.manual_seed(0)
+        loss = QueueInfoNCELoss(tiny_model, queue_size=8, relative_margin=None, filter_same_anchor=filter_same_anchor)
+        loss(first, None)  # training step: enqueues "hugo young wrote it" (anchor: the question) and "cats purr"
+        assert len(loss.queue) == 2
+        tiny_model.eval()  # score the second batch without enqueuing
+        try:
+            with torch.no_grad():
+                parts = loss(second, None)
+        finally:
+            tiny_model.train()
+        return float(parts["queue"])
+
+    kept, dropped = queue_part(False), queue_part(True)
+    # with the filter the question's own earlier answer leaves its row's negatives: the queue adds less
+    assert dropped < kept
+    assert dropped > 0  # "cats purr" (another anchor) is still a negative

@@ -103,6 +103,6 @@ class CachedQueueInfoNCELoss(CachedLossMixin, QueueInfoNCELoss):
         queue_part, hard_part = self._last_parts["queue"], self._last_parts["hard"]
         if training:
             keys = self.key_embeddings(sentence_features[1], self._last_positives)
-            self.after_training_step(keys, positive_ids, labels)
+            self.after_training_step(keys, positive_ids, labels, anchor_ids)
         # in_batch carries the GradCache hook; the parts still add up to the total loss
         return {"in_batch": loss - (queue_part + hard_part), "queue": queue_part, "hard": hard_part}

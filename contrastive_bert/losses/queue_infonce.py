@@ -94,6 +94,7 @@ class QueueInfoNCELoss(nn.Module):
         relative_margin: float | None = 0.05,
         max_score: float | None = None,
         filter_same_label: bool = False,
+        filter_same_anchor: bool = True,
         filter_queue_negatives: bool = True,
         hardness_schedule: HardnessSchedule | dict[str, Any] | None = None,
         mining_backend: Literal["auto", "faiss", "torch"] = "auto",
@@ -128,6 +129,9 @@ class QueueInfoNCELoss(nn.Module):
             absolute_margin / relative_margin / max_score: false-negative filters relative to the
                 anchor-positive score (as ``sentence_transformers.util.mine_hard_negatives``).
             filter_same_label: drop queue rows with the batch row's label (needs integer labels).
+            filter_same_anchor: without such labels, drop queue rows that were the positive of a pair
+                with the same anchor text (a query with several correct answers: those answers are
+                false negatives by construction, whatever their text).
             filter_queue_negatives: apply the false-negative filters to the queue negatives too.
             hardness_schedule: curriculum from easy to hard; default always the hardest.
             mining_backend / mining_index / use_gpu_index: see :func:`contrastive_bert.mining.search_topk`.
@@ -172,6 +176,7 @@ class QueueInfoNCELoss(nn.Module):
         self.relative_margin = relative_margin
         self.max_score = max_score
         self.filter_same_label = filter_same_label
+        self.filter_same_anchor = filter_same_anchor
         self.filter_queue_negatives = filter_queue_negatives
         if isinstance(hardness_schedule, dict):  # from a YAML/JSON recipe
             hardness_schedule = HardnessSchedule(**hardness_schedule)
@@ -238,6 +243,7 @@ class QueueInfoNCELoss(nn.Module):
             "relative_margin": self.relative_margin,
             "max_score": self.max_score,
             "filter_same_label": self.filter_same_label,
+            "filter_same_anchor": self.filter_same_anchor,
             "filter_queue_negatives": self.filter_queue_negatives,
             "hardness_schedule": vars(self.hardness_schedule),
             "mining_backend": self.mining_backend,
@@ -320,11 +326,21 @@ class QueueInfoNCELoss(nn.Module):
         return self.ema_model(dict(positive_features))["sentence_embedding"].detach()
 
     @torch.no_grad()
-    def after_training_step(self, keys: Tensor, positive_ids: Tensor | None, labels: Tensor | None) -> None:
+    def after_training_step(
+        self, keys: Tensor, positive_ids: Tensor | None, labels: Tensor | None, anchor_ids: Tensor | None = None
+    ) -> None:
         """Enqueue the keys ``(B, D)`` and advance the step counter (training mode only)."""
-        queue_labels = labels if (self.filter_same_label and self._usable_labels(labels)) else None
-        self.queue.enqueue(keys, ids=positive_ids, labels=queue_labels)
+        self.queue.enqueue(keys, ids=positive_ids, labels=self.group_labels(labels, anchor_ids))
         self.num_steps += 1
+
+    def group_labels(self, labels: Tensor | None, anchor_ids: Tensor | None) -> Tensor | None:
+        """``(B,)`` group of each row for the same-label filter: integer ``labels`` when
+        ``filter_same_label``, else the anchor's text id when ``filter_same_anchor``, else None."""
+        if self.filter_same_label and self._usable_labels(labels):
+            return labels.to(torch.int64)
+        if self.filter_same_anchor and anchor_ids is not None and not bool((anchor_ids == NO_ID).any()):
+            return anchor_ids
+        return None
 
     @staticmethod
     def _usable_labels(labels: Tensor | None) -> bool:
@@ -348,7 +364,7 @@ class QueueInfoNCELoss(nn.Module):
         parts = self.compute_loss_from_embeddings(embeddings, labels, anchor_ids=anchor_ids, positive_ids=positive_ids)
         if training:
             keys = self.key_embeddings(sentence_features[1], embeddings[1])
-            self.after_training_step(keys, positive_ids, labels)
+            self.after_training_step(keys, positive_ids, labels, anchor_ids)
         return parts
 
     def prepare_batch(
@@ -374,7 +390,6 @@ class QueueInfoNCELoss(nn.Module):
         if queue.queue_embeddings.device != anchors.device:
             queue.to(anchors.device)
         q_emb, q_ids, q_labels = queue.filled()
-        use_labels = self.filter_same_label and self._usable_labels(labels)
         return _Batch(
             anchors=F.normalize(anchors, p=2, dim=1),
             docs=F.normalize(torch.cat(list(embeddings[1:]), dim=0), p=2, dim=1),
@@ -383,7 +398,7 @@ class QueueInfoNCELoss(nn.Module):
             queue_labels=q_labels,
             anchor_ids=anchor_ids,
             positive_ids=positive_ids,
-            labels=labels.to(torch.int64) if use_labels else None,
+            labels=self.group_labels(labels, anchor_ids),
             offset=self.hardness_schedule.offset(int(self.num_steps.item()), self.num_hard_negatives),
         )
 
