@@ -100,6 +100,7 @@ def training_arguments(
         batch_sampler=batch_sampler,
         report_to="none",
         dataloader_drop_last=True,
+        dataloader_pin_memory=torch.cuda.is_available(),
         **_precision_flags(recipe.mixed_precision),
         **_checkpointing_flags(recipe.gradient_checkpointing),
         **rate_mapping,
