@@ -59,6 +59,21 @@ def tiny_model(_tiny_model_session):
     return copy.deepcopy(_tiny_model_session)
 
 
+@pytest.fixture()
+def tiny_loader(monkeypatch, _tiny_model_session):
+    """``contrastive_bert.models.load_model`` returns a fresh copy of the tiny BERT; records the names asked for."""
+    import contrastive_bert.models
+
+    asked = []
+
+    def load_model(name_or_path="default", device=None, **kwargs):
+        asked.append(name_or_path)
+        return copy.deepcopy(_tiny_model_session)
+
+    monkeypatch.setattr(contrastive_bert.models, "load_model", load_model)
+    return asked
+
+
 @pytest.fixture(scope="session")
 def _bundled_model_session():
     from contrastive_bert.models import load_model

@@ -3,7 +3,6 @@ return codes; every bad-input error exits 2 with a message before any model is l
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
@@ -23,18 +22,6 @@ def no_model(monkeypatch):
         raise AssertionError("a model was loaded before the input was checked")
 
     monkeypatch.setattr(contrastive_bert.models, "load_model", load_model)
-
-
-@pytest.fixture()
-def tiny_loader(monkeypatch, _tiny_model_session):
-    asked = []
-
-    def load_model(name_or_path="default", device=None, **kwargs):
-        asked.append(name_or_path)
-        return copy.deepcopy(_tiny_model_session)
-
-    monkeypatch.setattr(contrastive_bert.models, "load_model", load_model)
-    return asked
 
 
 def _error(capsys, argv) -> str:

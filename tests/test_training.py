@@ -22,19 +22,6 @@ from contrastive_bert.training.train_data import build_train_dataset
 TEXTS = ["A plane is taking off.", "A man is playing a large flute.", "Three dogs run on the beach."]
 
 
-@pytest.fixture()
-def tiny_loader(monkeypatch, _tiny_model_session):
-    """``contrastive_bert.models.load_model`` returns a fresh copy of the tiny BERT; records the names asked for."""
-    asked = []
-
-    def load_model(name_or_path="default", device=None, **kwargs):
-        asked.append(name_or_path)
-        return copy.deepcopy(_tiny_model_session)
-
-    monkeypatch.setattr(contrastive_bert.models, "load_model", load_model)
-    return asked
-
-
 class StepRecorder(TrainerCallback):
     def __init__(self):
         self.steps: list[int] = []
