@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job on defaults: set up .venv/, fine-tune the bundled all-MiniLM-L6-v2 on STS-B
-# train (CoSENT on the scored pairs), evaluate STS-B test before and after, print both.
+# The main job on defaults: set up .venv/, fine-tune the bundled all-MiniLM-L6-v2 on STS-B + MRPC
+# positive pairs (MNRL, one epoch), evaluate STS-B test before and after, print both.
 # Each run writes a new folder under output/ (an existing run is never overwritten).
 set -euo pipefail
 cd "$(dirname "$0")/.."
