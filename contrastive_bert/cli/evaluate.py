@@ -29,7 +29,7 @@ def add_parser(subparsers) -> None:
 
 def run_eval(args: argparse.Namespace) -> int:
     from contrastive_bert.data import load_dataset, resolve_data_dir
-    from contrastive_bert.evaluation.tasks import check_tasks, evaluate_tasks
+    from contrastive_bert.evaluation.tasks import check_tasks, evaluate_split
     from contrastive_bert.models import load_model, resolve_model_name
 
     names = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -42,11 +42,12 @@ def run_eval(args: argparse.Namespace) -> int:
     resolve_model_name(args.model)
     if args.output and Path(args.output).exists() and not args.overwrite:
         raise ValueError(f"--output: {args.output} exists; pass --overwrite to replace it")
-    for task in tasks:  # every split exists before the model is loaded
-        if args.split not in load_dataset(task, data_dir=args.data_dir):
+    data = {task: load_dataset(task, data_dir=args.data_dir) for task in tasks}  # read once, checked before the model loads
+    for task in tasks:
+        if args.split not in data[task]:
             raise ValueError(f"--split: task {task!r} has no {args.split!r} split")
     model = load_model(args.model)
-    results = evaluate_tasks(model, tasks, data_dir=args.data_dir, split=args.split, batch_size=args.batch_size)
+    results = {task: evaluate_split(model, task, data[task], args.split, batch_size=args.batch_size) for task in tasks}
     print(format_results(results))
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)

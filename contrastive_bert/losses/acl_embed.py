@@ -56,6 +56,16 @@ __all__ = ["ACLEmbedLoss", "build_acl_loss", "dataset_label_names", "supervised_
 MODES = ("acl", "supcon", "ce")
 
 
+SUPCON_CITATION = """
+@inproceedings{khosla2020supervised,
+    title={Supervised Contrastive Learning},
+    author={Khosla, Prannay and Teterwak, Piotr and Wang, Chen and Sarna, Aaron and Tian, Yonglong and Isola, Phillip and Maschinot, Aaron and Liu, Ce and Krishnan, Dilip},
+    booktitle={Advances in Neural Information Processing Systems},
+    year={2020}
+}
+"""
+
+
 def supervised_contrastive_loss(embeddings: Tensor, labels: Tensor, temperature: float = 0.5) -> Tensor:
     """SupCon ``L_out`` over L2-normalised rows.
 
@@ -331,14 +341,7 @@ class ACLEmbedLoss(nn.Module):
 
     @property
     def citation(self) -> str:
-        return """
-@inproceedings{khosla2020supervised,
-    title={Supervised Contrastive Learning},
-    author={Khosla, Prannay and Teterwak, Piotr and Wang, Chen and Sarna, Aaron and Tian, Yonglong and Isola, Phillip and Maschinot, Aaron and Liu, Ce and Krishnan, Dilip},
-    booktitle={Advances in Neural Information Processing Systems},
-    year={2020}
-}
-"""
+        return SUPCON_CITATION
 
 
 def _add(total: list[Tensor | None] | None, grads: Sequence[Tensor | None]) -> list[Tensor | None]:

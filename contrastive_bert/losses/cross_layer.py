@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrastive_bert.heads.exits import MultiExitHeads, exit_outputs, get_exit_heads
-from contrastive_bert.losses.acl_embed import ACLEmbedLoss, supervised_contrastive_loss
+from contrastive_bert.losses.acl_embed import SUPCON_CITATION, ACLEmbedLoss, supervised_contrastive_loss
 
 CROSS_LAYER_METHODS: tuple[str, ...] = ("ce", "kd", "acl_cl")
 
@@ -214,14 +214,7 @@ class CrossLayerLoss(nn.Module):
 
     @property
     def citation(self) -> str:
-        return """
-@inproceedings{khosla2020supervised,
-    title={Supervised Contrastive Learning},
-    author={Khosla, Prannay and Teterwak, Piotr and Wang, Chen and Sarna, Aaron and Tian, Yonglong and Isola, Phillip and Maschinot, Aaron and Liu, Ce and Krishnan, Dilip},
-    booktitle={Advances in Neural Information Processing Systems},
-    year={2020}
-}
-"""
+        return SUPCON_CITATION
 
 
 class SummedLoss(nn.Module):
