@@ -32,7 +32,7 @@ all-reduce apply unchanged; the trainer's own backward only touches the paramete
 - Needs non-reentrant gradient checkpointing if checkpointing is on (``use_reentrant=False``).
 
 The per-step angles are kept in ``angle_history``; log them with
-:class:`contrastive_bert.training.gradient_angle.GradientAngleCallback`.
+:class:`contrastive_bert.losses.acl_grad.GradientAngleCallback` (``trainer_callbacks`` does).
 """
 
 from __future__ import annotations
@@ -48,98 +48,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrastive_bert.heads.label_embedding import LabelEmbeddingClassifier, attach_label_head, find_label_head
+from contrastive_bert.losses.acl_grad import GradientAngleCallback, gradient_angle, is_optimizer_sync_step
+from contrastive_bert.losses.supcon import SUPCON_CITATION, check_labels, label_anchored_supcon, supervised_contrastive_loss
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ACLEmbedLoss", "build_acl_loss", "dataset_label_names", "supervised_contrastive_loss", "gradient_angle"]
 
 MODES = ("acl", "supcon", "ce")
-
-
-SUPCON_CITATION = """
-@inproceedings{khosla2020supervised,
-    title={Supervised Contrastive Learning},
-    author={Khosla, Prannay and Teterwak, Piotr and Wang, Chen and Sarna, Aaron and Tian, Yonglong and Isola, Phillip and Maschinot, Aaron and Liu, Ce and Krishnan, Dilip},
-    booktitle={Advances in Neural Information Processing Systems},
-    year={2020}
-}
-"""
-
-
-def supervised_contrastive_loss(embeddings: Tensor, labels: Tensor, temperature: float = 0.5) -> Tensor:
-    """SupCon ``L_out`` over L2-normalised rows.
-
-    Args:
-        embeddings: (M, d) rows to contrast (samples, optionally followed by label embeddings).
-        labels: (M,) integer classes; rows with equal labels are positives of each other.
-        temperature: tau in exp(cos / tau).
-
-    Returns:
-        Scalar: mean over anchors i with >= 1 positive of
-        ``-1/|P(i)| sum_{p in P(i)} log(exp(s_ip) / sum_{a != i} exp(s_ia))``; 0 (with graph) if none.
-    """
-    if embeddings.dim() != 2 or labels.dim() != 1 or labels.shape[0] != embeddings.shape[0]:
-        raise ValueError(
-            f"embeddings/labels: expected (M, d) and (M,), got {tuple(embeddings.shape)} and {tuple(labels.shape)}"
-        )
-    if not temperature > 0:
-        raise ValueError(f"temperature: must be > 0, got {temperature}")
-    z = F.normalize(embeddings.float(), p=2, dim=-1)
-    similarity = z @ z.T / temperature  # (M, M)
-    eye = torch.eye(similarity.shape[0], dtype=torch.bool, device=similarity.device)
-    log_denominator = torch.logsumexp(similarity.masked_fill(eye, float("-inf")), dim=1, keepdim=True)
-    log_prob = (similarity - log_denominator).masked_fill(eye, 0.0)
-    positives = (labels[:, None] == labels[None, :]) & ~eye
-    num_positives = positives.sum(dim=1)
-    has_positive = num_positives > 0
-    if not bool(has_positive.any()):
-        return similarity.sum() * 0.0
-    per_anchor = -(log_prob * positives).sum(dim=1) / num_positives.clamp(min=1)
-    return per_anchor[has_positive].mean()
-
-
-def gradient_angle(
-    grads_a: Sequence[Tensor | None], grads_b: Sequence[Tensor | None], reduce_distributed: bool = True
-) -> tuple[float, float, float, float]:
-    """Angle in degrees between two gradients over the parameters where both exist.
-
-    Args:
-        grads_a, grads_b: per-parameter gradients (same order); None = no gradient.
-        reduce_distributed: sum dot product and squared norms over ranks (DDP) first.
-
-    Returns:
-        (angle_degrees, cosine, |a|, |b|); the angle is nan if a norm is 0 or non-finite.
-    """
-    stats = torch.zeros(3, dtype=torch.float64)
-    device = None
-    for a, b in zip(grads_a, grads_b):
-        if a is None or b is None:
-            continue
-        a64, b64 = a.detach().double().flatten(), b.detach().double().flatten()
-        if device is None:
-            device = a64.device
-            stats = stats.to(device)
-        stats += torch.stack([a64 @ b64, a64 @ a64, b64 @ b64])
-    if reduce_distributed and torch.distributed.is_available() and torch.distributed.is_initialized():
-        if torch.distributed.get_world_size() > 1:
-            torch.distributed.all_reduce(stats, op=torch.distributed.ReduceOp.SUM)
-    dot, norm_a_sq, norm_b_sq = (float(x) for x in stats.cpu())
-    norm_a, norm_b = math.sqrt(max(norm_a_sq, 0.0)), math.sqrt(max(norm_b_sq, 0.0))
-    if not (norm_a > 0 and norm_b > 0) or not math.isfinite(norm_a * norm_b) or not math.isfinite(dot):
-        return float("nan"), float("nan"), norm_a, norm_b
-    cosine = max(-1.0, min(1.0, dot / (norm_a * norm_b)))
-    return math.degrees(math.acos(cosine)), cosine, norm_a, norm_b
-
-
-def _is_optimizer_sync_step() -> bool:
-    """True on the last micro-batch of an optimizer step (accelerate's ``sync_gradients``);
-    True outside an accelerate-driven loop."""
-    try:
-        from accelerate.state import GradientState
-    except ImportError:  # pragma: no cover - accelerate is a dependency of the trainer
-        return True
-    state = GradientState._shared_state
-    return bool(state.get("sync_gradients", True)) if state else True
 
 
 class ACLEmbedLoss(nn.Module):
@@ -213,25 +129,10 @@ class ACLEmbedLoss(nn.Module):
     def uses_contrastive(self) -> bool:
         return self.mode != "ce" and self.contrastive_weight > 0
 
-    def _check_labels(self, labels: Tensor | None, num_labels: int) -> Tensor:
-        if labels is None:
-            raise ValueError("labels: ACLEmbedLoss needs integer class labels, got None")
-        labels = torch.as_tensor(labels)
-        if labels.dim() != 1 or labels.dtype.is_floating_point or labels.dtype == torch.bool:
-            raise ValueError(f"labels: expected a 1-D integer tensor, got dtype {labels.dtype} shape {tuple(labels.shape)}")
-        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_labels):
-            bad = sorted({int(x) for x in labels.tolist() if not 0 <= int(x) < num_labels})
-            raise ValueError(f"labels: values {bad} are outside the label set [0, {num_labels}) of label_names")
-        return labels
-
     def contrastive_term(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """SupCon over [embeddings (B, d); label embeddings (K, d)] (``acl``) or embeddings only (``supcon``)."""
-        if self.mode == "acl":
-            label_embeddings = self.head.label_embeddings(normalized=True).to(embeddings.dtype)
-            anchors = torch.arange(label_embeddings.shape[0], device=labels.device, dtype=labels.dtype)
-            embeddings = torch.cat([embeddings, label_embeddings], dim=0)
-            labels = torch.cat([labels, anchors], dim=0)
-        return supervised_contrastive_loss(embeddings, labels, self.temperature)
+        label_embeddings = self.head.label_embeddings(normalized=True) if self.mode == "acl" else None
+        return label_anchored_supcon(embeddings, labels, label_embeddings, self.temperature)
 
     def compute_terms(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor) -> tuple[Tensor, Tensor | None]:
         """Forward the model; return (CE, SupCon or None), both scalars with graph."""
@@ -240,7 +141,7 @@ class ACLEmbedLoss(nn.Module):
             raise ValueError(f"sentence_features: ACLEmbedLoss takes one text column, got {len(features)}")
         output = self.model(features[0])
         head = self.head
-        labels = self._check_labels(labels, head.num_labels).to(output["sentence_embedding"].device)
+        labels = check_labels(labels, head.num_labels, "ACLEmbedLoss").to(output["sentence_embedding"].device)
         logits = output[head.module_output_name]
         ce = F.cross_entropy(logits.float(), labels)
         if not self.uses_contrastive:
@@ -281,7 +182,7 @@ class ACLEmbedLoss(nn.Module):
         self._accumulated_ce = _add(self._accumulated_ce, grads_ce)
         self._accumulated_contrastive = _add(self._accumulated_contrastive, grads_con)
         coefficients: list[Tensor | None] = list(grads_ce)
-        if _is_optimizer_sync_step():
+        if is_optimizer_sync_step():
             angle, cosine, norm_ce, norm_con = gradient_angle(self._accumulated_ce, self._accumulated_contrastive)
             keep = angle <= self.angle_threshold  # False for nan
             weight = self.contrastive_weight if keep else 0.0
@@ -325,8 +226,6 @@ class ACLEmbedLoss(nn.Module):
         (``angle_threshold=180`` logs the angle without ever gating a finite one.)"""
         if not (self.gradient_gating and self.uses_contrastive):
             return []
-        from contrastive_bert.training.gradient_angle import GradientAngleCallback
-
         return [GradientAngleCallback(self)]
 
     def get_config_dict(self) -> dict[str, Any]:

@@ -1,15 +1,66 @@
-"""Trainer callback that logs ACL-Grad's per-step gradient angle (CE vs contrastive)."""
+"""ACL-Grad's building blocks: the angle between two gradients (DDP-reduced), the optimizer-step
+test under gradient accumulation, and the trainer callback that logs the per-step angles."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import Tensor
 from transformers import TrainerCallback
 
-__all__ = ["GradientAngleCallback"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["GradientAngleCallback", "gradient_angle", "is_optimizer_sync_step"]
+
+
+def gradient_angle(
+    grads_a: Sequence[Tensor | None], grads_b: Sequence[Tensor | None], reduce_distributed: bool = True
+) -> tuple[float, float, float, float]:
+    """Angle in degrees between two gradients over the parameters where both exist.
+
+    Args:
+        grads_a, grads_b: per-parameter gradients (same order); None = no gradient.
+        reduce_distributed: sum dot product and squared norms over ranks (DDP) first.
+
+    Returns:
+        (angle_degrees, cosine, |a|, |b|); the angle is nan if a norm is 0 or non-finite.
+    """
+    stats = torch.zeros(3, dtype=torch.float64)
+    device = None
+    for a, b in zip(grads_a, grads_b):
+        if a is None or b is None:
+            continue
+        a64, b64 = a.detach().double().flatten(), b.detach().double().flatten()
+        if device is None:
+            device = a64.device
+            stats = stats.to(device)
+        stats += torch.stack([a64 @ b64, a64 @ a64, b64 @ b64])
+    if reduce_distributed and torch.distributed.is_available() and torch.distributed.is_initialized():
+        if torch.distributed.get_world_size() > 1:
+            torch.distributed.all_reduce(stats, op=torch.distributed.ReduceOp.SUM)
+    dot, norm_a_sq, norm_b_sq = (float(x) for x in stats.cpu())
+    norm_a, norm_b = math.sqrt(max(norm_a_sq, 0.0)), math.sqrt(max(norm_b_sq, 0.0))
+    if not (norm_a > 0 and norm_b > 0) or not math.isfinite(norm_a * norm_b) or not math.isfinite(dot):
+        return float("nan"), float("nan"), norm_a, norm_b
+    cosine = max(-1.0, min(1.0, dot / (norm_a * norm_b)))
+    return math.degrees(math.acos(cosine)), cosine, norm_a, norm_b
+
+
+def is_optimizer_sync_step() -> bool:
+    """True on the last micro-batch of an optimizer step (accelerate's ``sync_gradients``);
+    True outside an accelerate-driven loop."""
+    try:
+        from accelerate.state import GradientState
+    except ImportError:  # pragma: no cover - accelerate is a dependency of the trainer
+        return True
+    state = GradientState._shared_state
+    return bool(state.get("sync_gradients", True)) if state else True
 
 
 class GradientAngleCallback(TrainerCallback):

