@@ -1,17 +1,22 @@
 """``contrastive-bert`` command line: one module per subcommand, each with ``add_parser(subparsers)``.
 
-As in mteb's CLI: ``build_cli()`` builds the parser (nothing runs at import time) and
-each subcommand sets ``func`` so handlers can be tested without a subprocess.
+As in mteb's CLI: ``build_cli()`` builds the parser (nothing runs at import time, and nothing
+imports torch until a subcommand runs) and each subcommand sets ``func`` so handlers can be
+tested without a subprocess. Shared flags come from :mod:`contrastive_bert.cli.arguments`.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
+
+from contrastive_bert.cli.arguments import add_verbosity_arguments
 
 # Each name is a module ``contrastive_bert.cli.<name>`` exposing ``add_parser(subparsers)``.
 COMMANDS: tuple[str, ...] = ("train", "evaluate", "mine", "early_exit", "classify")
+LOG_LEVELS = {-1: logging.ERROR, 0: logging.INFO, 1: logging.DEBUG}
 
 
 def build_cli() -> argparse.ArgumentParser:
@@ -19,15 +24,28 @@ def build_cli() -> argparse.ArgumentParser:
         prog="contrastive-bert",
         description="Train and evaluate sentence-embedding models with contrastive objectives.",
     )
+    add_verbosity_arguments(parser, default=0)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"contrastive_bert.cli.{name}").add_parser(subparsers)
+        subparser = importlib.import_module(f"contrastive_bert.cli.{name}").add_parser(subparsers)
+        if subparser is not None and not any("--verbose" in action.option_strings for action in subparser._actions):
+            add_verbosity_arguments(subparser)
     return parser
+
+
+def configure_logging(verbosity: int) -> None:
+    """Once per process, at the entry point: our modules only ``logging.getLogger(__name__)``."""
+    level = LOG_LEVELS[max(-1, min(1, verbosity))]
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", force=True)
+    if level > logging.DEBUG:  # third-party libraries stay at warnings unless --verbose
+        for name in ("transformers", "sentence_transformers", "datasets", "mteb", "urllib3", "filelock", "httpx"):
+            logging.getLogger(name).setLevel(max(level, logging.WARNING))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_cli()
     args = parser.parse_args(argv)
+    configure_logging(args.verbosity)
     try:
         result = args.func(args)
     except ValueError as error:

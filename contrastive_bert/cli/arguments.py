@@ -1,0 +1,137 @@
+"""Arguments shared by the subcommands, one ``add_*_argument(parser)`` each (as mteb's CLI does),
+so every subcommand spells a flag, its help and its error the same way.
+
+The vocabulary: ``--model``; ``--data-dir``; ``--batch-size``; ``--output`` (a file) and
+``--output-dir`` (a folder); ``--overwrite`` (the one rule for every output: an existing output is
+refused unless ``--overwrite``); ``--datasets`` (train: several), ``--dataset`` (one input data
+set), ``--tasks`` (evaluation); ``--verbose`` / ``--quiet``. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MODEL_HELP = "'default' (the bundled all-MiniLM-L6-v2), a local folder or a hub id"
+
+
+def comma_list(text: str) -> list[str]:
+    """``"stsb, mrpc"`` -> ``["stsb", "mrpc"]`` (argparse ``type``)."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def show_default(value: Any) -> str:
+    """A default as the user would type it: lists comma-joined, mappings as JSON, None as 'none'."""
+    if value is None:
+        return "none"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return json.dumps(value) if value else "{}"
+    return str(value)
+
+
+def parse_json_object(text: str | dict, flag: str) -> dict[str, Any]:
+    """A JSON object given on the command line; ``ValueError`` (one line, not the usage text) otherwise."""
+    if isinstance(text, dict):
+        return text
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{flag}: expected a JSON object such as '{{\"scale\": 20}}', got {text!r} ({error.msg})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{flag}: expected a JSON object such as '{{\"scale\": 20}}', got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse ``type`` for counts such as ``--batch-size``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def add_model_argument(parser: argparse.ArgumentParser, default: str | None = "default", help: str | None = None) -> None:
+    required = default is None
+    text = help or DEFAULT_MODEL_HELP
+    parser.add_argument("--model", default=default, required=required,
+                        help=text if required else f"{text} (default: {default})")
+
+
+def add_data_dir_argument(parser: argparse.ArgumentParser, default: Any = None) -> None:
+    parser.add_argument("--data-dir", default=default, metavar="DIR",
+                        help="data folder (default: $CONTRASTIVE_BERT_DATA, else the hub)")
+
+
+def add_batch_size_argument(parser: argparse.ArgumentParser, default: Any = 32) -> None:
+    shown = f" (default: {default})" if default is not argparse.SUPPRESS else ""
+    parser.add_argument("--batch-size", type=positive_int, default=default, metavar="N",
+                        help=f"texts embedded per forward pass{shown}")
+
+
+def add_output_argument(parser: argparse.ArgumentParser, help: str, required: bool = False) -> None:
+    """``--output``: always a file."""
+    parser.add_argument("--output", default=None, required=required, metavar="FILE", help=help)
+
+
+def add_output_dir_argument(parser: argparse.ArgumentParser, help: str, default: Any = None, required: bool = False) -> None:
+    """``--output-dir``: always a folder."""
+    parser.add_argument("--output-dir", default=default, required=required, metavar="DIR", help=help)
+
+
+def add_overwrite_argument(parser: argparse.ArgumentParser, default: Any = False) -> None:
+    parser.add_argument("--overwrite", action="store_true", default=default,
+                        help="replace an existing output (without it, an existing output is refused)")
+
+
+def add_verbosity_arguments(parser: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
+    """``--verbose`` / ``--quiet``: read once by ``cli.main`` to configure ``logging``."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, default=default,
+                       help="log debug messages too")
+    group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=default,
+                       help="log errors only")
+
+
+def add_dataset_argument(parser: argparse.ArgumentParser, help: str, required: bool = True) -> None:
+    """``--dataset``: one input data set (a registry name or a local file)."""
+    parser.add_argument("--dataset", required=required, metavar="NAME_OR_FILE", help=help)
+
+
+def add_datasets_argument(parser: argparse.ArgumentParser, help: str, default: Any = None) -> None:
+    """``--datasets``: comma-separated data sets (registry names or local files)."""
+    parser.add_argument("--datasets", type=comma_list, default=default, metavar="NAMES", help=help)
+
+
+def add_tasks_argument(parser: argparse.ArgumentParser, default: Any = ("stsb",), help: str = "comma-separated evaluation tasks") -> None:
+    shown = f" (default: {show_default(default)})" if default is not argparse.SUPPRESS else ""
+    value = list(default) if isinstance(default, tuple) else default
+    parser.add_argument("--tasks", type=comma_list, default=value, metavar="TASKS", help=f"{help}{shown}")
+
+
+def check_output(path: str | Path | None, overwrite: bool, flag: str = "--output") -> Path | None:
+    """The one overwrite rule, checked before any work: an existing output is an error unless
+    ``overwrite``. Returns the path (None when no output was asked for)."""
+    if path is None:
+        return None
+    path = Path(path).expanduser()
+    if path.exists() and not overwrite:
+        raise ValueError(f"{flag}: {path} already exists; pass --overwrite to replace it")
+    return path
+
+
+def replace_output(path: Path) -> Path:
+    """Remove an existing output file or folder (after ``check_output`` allowed it) and create its parent."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
