@@ -115,7 +115,7 @@ def test_empty_yaml_is_the_defaults(tmp_path):
 def test_bundled_recipes_load():
     from pathlib import Path
 
-    folder = Path(__file__).resolve().parents[1] / "scripts" / "recipes"
+    folder = Path(__file__).resolve().parents[2] / "scripts" / "recipes"
     for path in sorted(folder.glob("*.y*ml")):
         recipe = TrainingRecipe.from_file(path)
         get_loss_entry(recipe.loss)
@@ -318,7 +318,7 @@ def test_bundled_recipes_build_their_losses(tiny_model, shared_data):
 
     from contrastive_bert.training.train_data import build_train_dataset
 
-    folder = Path(__file__).resolve().parents[1] / "scripts" / "recipes"
+    folder = Path(__file__).resolve().parents[2] / "scripts" / "recipes"
     for path in sorted(folder.glob("*.y*ml")):
         recipe = TrainingRecipe.from_file(path, {"data_dir": str(shared_data)})
         entry = get_loss_entry(recipe.loss)
