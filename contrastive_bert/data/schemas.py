@@ -10,7 +10,12 @@ task type           columns                                     data sets
 ``pair-binary``     ``sentence1``, ``sentence2``, ``label``     mrpc (1 = paraphrase)
 ``classification``  ``text``, ``label`` (``ClassLabel``)         banking77, emotion, sst2
 ``retrieval``       ``question``, ``answer``, ``label``         answer_selection (1 = answers)
+``pairs``           ``anchor``, ``positive``                    files of positive pairs
+``triplets``        ``anchor``, ``positive``, ``negative``      ``contrastive-bert mine`` output
 ==================  ==========================================  ==============================
+
+``triplets`` may carry several negatives as ``negative_1``, ``negative_2``, ... instead of
+``negative`` (mine's ``n-tuple`` output). ``labelled`` is accepted as a name of ``classification``.
 """
 
 from __future__ import annotations
@@ -25,12 +30,34 @@ TASK_COLUMNS: dict[str, tuple[str, ...]] = {
     "pair-binary": ("sentence1", "sentence2", "label"),
     "classification": ("text", "label"),
     "retrieval": ("question", "answer", "label"),
+    "pairs": ("anchor", "positive"),
+    "triplets": ("anchor", "positive", "negative"),
 }
+TASK_ALIASES: dict[str, str] = {"labelled": "classification", "labeled": "classification"}
 
 
-def check_task_type(task_type: str) -> None:
-    if task_type not in TASK_COLUMNS:
+def check_task_type(task_type: str) -> str:
+    """The canonical name of ``task_type`` (aliases such as ``labelled`` resolved)."""
+    canonical = TASK_ALIASES.get(task_type, task_type)
+    if canonical not in TASK_COLUMNS:
         raise ValueError(f"task_type: expected one of {sorted(TASK_COLUMNS)}, got {task_type!r}")
+    return canonical
+
+
+def negative_columns(column_names: Sequence[str]) -> list[str]:
+    """The hard-negative columns among ``column_names``: ``negative`` or ``negative_1``, ``negative_2``, ..."""
+    if "negative" in column_names:
+        return ["negative"]
+    numbered = [c for c in column_names if c.startswith("negative_") and c[len("negative_"):].isdigit()]
+    return sorted(numbered, key=lambda c: int(c[len("negative_"):]))
+
+
+def schema_columns(task_type: str, column_names: Sequence[str]) -> tuple[str, ...]:
+    """The columns a ``task_type`` split keeps, in order (``triplets``: every negative column present)."""
+    task_type = check_task_type(task_type)
+    if task_type == "triplets":
+        return ("anchor", "positive", *(negative_columns(column_names) or ["negative"]))
+    return TASK_COLUMNS[task_type]
 
 
 def build_split(task_type: str, columns: dict[str, Sequence], label_names: Sequence[str] | None = None) -> datasets.Dataset:
@@ -39,7 +66,7 @@ def build_split(task_type: str, columns: dict[str, Sequence], label_names: Seque
     For ``classification``, ``columns["label"]`` may hold label names or integer ids
     (0..K-1); both are checked against ``label_names``.
     """
-    check_task_type(task_type)
+    task_type = check_task_type(task_type)
     columns = dict(columns)
     if task_type == "classification":
         if not label_names:
@@ -61,7 +88,8 @@ def build_split(task_type: str, columns: dict[str, Sequence], label_names: Seque
         features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=label_names)})
     else:
         features = None
-    dataset = datasets.Dataset.from_dict({name: list(columns[name]) for name in TASK_COLUMNS[task_type]}, features=features)
+    names = schema_columns(task_type, list(columns))
+    dataset = datasets.Dataset.from_dict({name: list(columns[name]) for name in names if name in columns}, features=features)
     validate_split(dataset, task_type)
     return dataset
 
@@ -69,8 +97,9 @@ def build_split(task_type: str, columns: dict[str, Sequence], label_names: Seque
 def validate_split(dataset: datasets.Dataset, task_type: str, split: str = "split") -> None:
     """Raise ``ValueError`` if ``dataset`` misses a column of ``task_type``, is empty, or
     holds out-of-range scores or labels."""
-    check_task_type(task_type)
-    missing = [c for c in TASK_COLUMNS[task_type] if c not in dataset.column_names]
+    task_type = check_task_type(task_type)
+    expected = schema_columns(task_type, dataset.column_names)
+    missing = [c for c in expected if c not in dataset.column_names]
     if missing:
         raise ValueError(
             f"{split}: missing column(s) {missing} for task type {task_type!r}; "
@@ -88,7 +117,7 @@ def validate_split(dataset: datasets.Dataset, task_type: str, split: str = "spli
         bad = [(i, v) for i, v in enumerate(dataset["label"]) if v not in (0, 1)]
         if bad:
             raise ValueError(f"label: row {bad[0][0]} of {split} is {bad[0][1]!r}, expected 0 or 1")
-    for column in TASK_COLUMNS[task_type]:
+    for column in expected:
         if column in ("score", "label"):
             continue
         for row, text in enumerate(dataset[column]):

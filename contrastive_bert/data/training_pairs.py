@@ -1,19 +1,24 @@
-"""Turn registry data sets into the (anchor, positive) pairs contrastive losses train on."""
+"""Turn data-set splits into the rows contrastive and scored-pair losses train on."""
 
 from __future__ import annotations
 
 import datasets
 
-from contrastive_bert.data.schemas import TASK_COLUMNS
+from contrastive_bert.data.schemas import TASK_COLUMNS, negative_columns
 
 
-def positive_pairs(dataset: datasets.Dataset, min_score: float = 0.8) -> datasets.Dataset:
-    """(anchor, positive) pairs from a pair or retrieval split.
+def positive_pairs(dataset: datasets.Dataset, min_score: float = 0.8, keep_negatives: bool = True) -> datasets.Dataset:
+    """(anchor, positive[, negative...]) rows from a pairs, triplets, pair or retrieval split.
 
-    ``pair-score`` rows with ``score >= min_score`` (STS-B: 4/5), ``pair-binary`` and
-    ``retrieval`` rows with ``label == 1``. Returns columns ``anchor``, ``positive``.
+    ``pairs``/``triplets`` rows are kept as they are (their negatives too, unless
+    ``keep_negatives`` is False); ``pair-score`` rows with ``score >= min_score`` (STS-B: 4/5),
+    ``pair-binary`` and ``retrieval`` rows with ``label == 1``. Returns columns ``anchor``,
+    ``positive`` and any negative columns.
     """
     columns = set(dataset.column_names)
+    if {"anchor", "positive"} <= columns:
+        negatives = negative_columns(dataset.column_names) if keep_negatives else []
+        return dataset.select_columns(["anchor", "positive", *negatives])
     if set(TASK_COLUMNS["pair-score"]) <= columns:
         kept = dataset.filter(lambda row: row["score"] >= min_score)
         a, p = "sentence1", "sentence2"
@@ -24,7 +29,16 @@ def positive_pairs(dataset: datasets.Dataset, min_score: float = 0.8) -> dataset
         kept = dataset.filter(lambda row: row["label"] == 1)
         a, p = "question", "answer"
     else:
-        raise ValueError(f"dataset: expected a pair-score, pair-binary or retrieval split, got columns {dataset.column_names}")
+        raise ValueError(
+            f"dataset: expected a pairs, triplets, pair-score, pair-binary or retrieval split, got columns {dataset.column_names}"
+        )
     if len(kept) == 0:
         raise ValueError("dataset: no positive pairs left after filtering (lower min_score?)")
     return datasets.Dataset.from_dict({"anchor": kept[a], "positive": kept[p]})
+
+
+def scored_pairs(dataset: datasets.Dataset) -> datasets.Dataset:
+    """(sentence1, sentence2, score) rows from a pair-score or pair-binary split (label 0/1 as score)."""
+    if "label" in dataset.column_names and "score" not in dataset.column_names:
+        dataset = dataset.map(lambda row: {"score": float(row["label"])}).remove_columns("label")
+    return dataset.select_columns(list(TASK_COLUMNS["pair-score"]))

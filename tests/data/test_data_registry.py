@@ -198,6 +198,7 @@ def test_env_root_used_before_hub(tmp_path, monkeypatch):
 
 def _fake_hub(monkeypatch, payload):
     calls = []
+    monkeypatch.setattr("contrastive_bert.data.hub.hub_reachable", lambda: True)
 
     def fake_load_dataset(path, name=None, *args, **kwargs):
         calls.append((path, name))
@@ -368,7 +369,7 @@ def test_build_split_classification_names_and_ids():
         ("classification", {"text": ["a"], "label": [True]}, ["y", "z"], "label: row 0 has label True"),
         ("classification", {"text": ["a"], "label": ["y"]}, None, "label_names: a classification data set needs its list of label names"),
         ("pair-binary", {"sentence1": [None], "sentence2": ["b"], "label": [1]}, None, "sentence1: row 0 of split is not a string: None"),
-        ("ranking", {"text": ["a"]}, None, r"task_type: expected one of \['classification', 'pair-binary', 'pair-score', 'retrieval'\], got 'ranking'"),
+        ("ranking", {"text": ["a"]}, None, r"task_type: expected one of \['classification', 'pair-binary', 'pair-score', 'pairs', 'retrieval', 'triplets'\], got 'ranking'"),
     ],
 )
 def test_build_split_rejects_bad_rows(task_type, columns, label_names, message):
@@ -404,6 +405,6 @@ def test_positive_pairs_errors():
     with pytest.raises(ValueError, match="no positive pairs left after filtering"):
         positive_pairs(ds, min_score=0.8)
     texts = build_split("classification", {"text": ["a"], "label": ["x"]}, ["x"])
-    with pytest.raises(ValueError, match="expected a pair-score, pair-binary or retrieval split"):
+    with pytest.raises(ValueError, match="expected a pairs, triplets, pair-score, pair-binary or retrieval split"):
         positive_pairs(texts)
     assert positive_pairs(ds, min_score=0.3)[0] == {"anchor": "a", "positive": "b"}

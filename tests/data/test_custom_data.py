@@ -100,8 +100,8 @@ def test_unsupported_file_type(tmp_path):
 
 
 def test_unknown_task_type(tmp_path):
-    with pytest.raises(ValueError, match=r"task_type: expected one of .*got 'pairs'"):
-        load_custom_dataset(tmp_path / "x.csv", "pairs")
+    with pytest.raises(ValueError, match=r"task_type: expected one of .*got 'ranking'"):
+        load_custom_dataset(tmp_path / "x.csv", "ranking")
 
 
 def test_mapping_names_a_missing_column(tmp_path):

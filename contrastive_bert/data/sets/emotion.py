@@ -1,0 +1,34 @@
+"""Emotion (Saravia et al. 2018): English tweets labelled with six basic emotions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from contrastive_bert.data.readers import require_file
+from contrastive_bert.data.spec import DatasetSpec, MtebCard
+
+
+def read_file(path: Path) -> dict[str, list]:
+    """``text;label_name`` per line (a ``text;label_name`` header line is skipped)."""
+    columns: dict[str, list] = {"text": [], "label": []}
+    for line in require_file(path).read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.strip() == "text;label_name":
+            continue
+        text, label = line.rsplit(";", 1)
+        columns["text"].append(text)
+        columns["label"].append(label)
+    return columns
+
+
+DATASET = DatasetSpec(
+    name="emotion",
+    task_type="classification",
+    description="Emotion classification of tweets, 6 labels",
+    files={"train": "train.txt", "validation": "val.txt", "test": "test.txt"},
+    read_file=read_file,
+    label_names=("sadness", "joy", "love", "anger", "fear", "surprise"),  # dair-ai/emotion's id order
+    hub_id="dair-ai/emotion",
+    reference="https://www.aclweb.org/anthology/D18-1404",
+    mteb=MtebCard("LocalEmotionClassification", stock_task="EmotionClassification", date=("2017-01-01", "2018-12-31"),
+                  domains=("Social", "Written"), samples_per_label=16),
+)

@@ -1,0 +1,36 @@
+"""STS Benchmark (Cer et al. 2017): sentence pairs with a 0-5 similarity score."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from contrastive_bert.data.readers import read_csv_rows
+from contrastive_bert.data.spec import DatasetSpec, MtebCard
+
+
+def read_file(path: Path) -> dict[str, list]:
+    """Tab-separated, no header: genre, file, year, id, score (0-5), s1, s2 [, extra source columns].
+    Quotes are literal (``QUOTE_NONE``); scores are divided by ``score_scale`` into [0, 1]."""
+    columns: dict[str, list] = {"sentence1": [], "sentence2": [], "score": []}
+    for line_no, row in enumerate(read_csv_rows(path, delimiter="\t", quoting=csv.QUOTE_NONE), 1):
+        if len(row) < 7:
+            raise ValueError(f"{path}: line {line_no} has {len(row)} fields, expected at least 7")
+        columns["sentence1"].append(row[5])
+        columns["sentence2"].append(row[6])
+        columns["score"].append(float(row[4]) / DATASET.score_scale)
+    return columns
+
+
+DATASET = DatasetSpec(
+    name="stsb",
+    task_type="pair-score",
+    description="STS Benchmark sentence pairs with similarity scores in [0, 1]",
+    files={"train": "sts-train.csv", "validation": "sts-dev.csv", "test": "sts-test.csv"},
+    read_file=read_file,
+    hub_id="sentence-transformers/stsb",
+    score_scale=5.0,
+    reference="https://github.com/PhilipMay/stsb-multi-mt/",
+    mteb=MtebCard("LocalSTSBenchmark", stock_task="STSBenchmark", date=("2017-01-01", "2017-12-31"),
+                  domains=("Blog", "News", "Written")),
+)
