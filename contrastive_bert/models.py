@@ -42,6 +42,24 @@ def resolve_model_name(name_or_path: str) -> str:
     return name_or_path
 
 
+def looks_local(name_or_path: str) -> bool:
+    """A local path rather than a hub id: starts with ``.``, ``/`` or ``~``, or has more than one
+    ``/`` (hub ids are ``name`` or ``owner/name``)."""
+    return name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
+
+
+def check_model_name(name_or_path: str) -> str:
+    """The check :func:`load_model` would fail on, without loading: ``'default'`` must be
+    installed and a local path must exist. Returns the resolved name."""
+    resolved = resolve_model_name(name_or_path)
+    path = Path(resolved).expanduser()
+    if not path.exists() and looks_local(resolved):
+        raise ValueError(f"model: local path {name_or_path!r} does not exist")
+    if path.is_file():
+        raise ValueError(f"model: {name_or_path!r} is a file; expected a model folder or a hub id")
+    return resolved
+
+
 def _own_module_classes(path: Path) -> dict[str, type]:
     """Module classes of this package named in a saved model's ``modules.json`` (label heads,
     exit heads). sentence-transformers refuses non-ST module types without
@@ -61,11 +79,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, **k
     saved with this package's heads load without ``trust_remote_code``."""
     from sentence_transformers import SentenceTransformer
 
-    resolved = resolve_model_name(name_or_path)
+    resolved = check_model_name(name_or_path)
     path = Path(resolved).expanduser()
     if not path.exists():
-        if resolved.startswith((".", "/", "~")):
-            raise ValueError(f"model: local path {name_or_path!r} does not exist")
         return SentenceTransformer(resolved, device=device, **kwargs)
     kwargs.setdefault("local_files_only", True)
     own_classes = _own_module_classes(path)

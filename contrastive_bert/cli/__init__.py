@@ -19,8 +19,15 @@ COMMANDS: tuple[str, ...] = ("train", "evaluate", "mine", "early_exit", "classif
 LOG_LEVELS = {-1: logging.ERROR, 0: logging.INFO, 1: logging.DEBUG}
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (``prog: error: ...``) like every other error, not the usage text."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_cli() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="contrastive-bert",
         description="Train and evaluate sentence-embedding models with contrastive objectives.",
     )

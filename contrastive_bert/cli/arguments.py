@@ -58,11 +58,18 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_model_argument(parser: argparse.ArgumentParser, default: str | None = "default", help: str | None = None) -> None:
-    required = default is None
-    text = help or DEFAULT_MODEL_HELP
-    parser.add_argument("--model", default=default, required=required,
-                        help=text if required else f"{text} (default: {default})")
+def _with_default(text: str, shown: Any) -> str:
+    """Help text plus ``(default: X)`` once, X as the user would type it; nothing for no default."""
+    if shown is None or shown is argparse.SUPPRESS:
+        return text
+    return f"{text} (default: {show_default(shown)})"
+
+
+def add_model_argument(parser: argparse.ArgumentParser, default: Any = "default", help: str = DEFAULT_MODEL_HELP,
+                       shown: Any = None) -> None:
+    """``--model``; ``default=None`` makes it required."""
+    parser.add_argument("--model", default=default, required=default is None, metavar="MODEL",
+                        help=_with_default(help, shown if shown is not None else default))
 
 
 def add_data_dir_argument(parser: argparse.ArgumentParser, default: Any = None) -> None:
@@ -70,10 +77,10 @@ def add_data_dir_argument(parser: argparse.ArgumentParser, default: Any = None) 
                         help="data folder (default: $CONTRASTIVE_BERT_DATA, else the hub)")
 
 
-def add_batch_size_argument(parser: argparse.ArgumentParser, default: Any = 32) -> None:
-    shown = f" (default: {default})" if default is not argparse.SUPPRESS else ""
+def add_batch_size_argument(parser: argparse.ArgumentParser, default: Any = 32, help: str = "texts per forward pass",
+                            shown: Any = None) -> None:
     parser.add_argument("--batch-size", type=positive_int, default=default, metavar="N",
-                        help=f"texts embedded per forward pass{shown}")
+                        help=_with_default(help, shown if shown is not None else default))
 
 
 def add_output_argument(parser: argparse.ArgumentParser, help: str, required: bool = False) -> None:
@@ -81,9 +88,10 @@ def add_output_argument(parser: argparse.ArgumentParser, help: str, required: bo
     parser.add_argument("--output", default=None, required=required, metavar="FILE", help=help)
 
 
-def add_output_dir_argument(parser: argparse.ArgumentParser, help: str, default: Any = None, required: bool = False) -> None:
+def add_output_dir_argument(parser: argparse.ArgumentParser, help: str, default: Any = None, required: bool = False,
+                            shown: Any = None) -> None:
     """``--output-dir``: always a folder."""
-    parser.add_argument("--output-dir", default=default, required=required, metavar="DIR", help=help)
+    parser.add_argument("--output-dir", default=default, required=required, metavar="DIR", help=_with_default(help, shown))
 
 
 def add_overwrite_argument(parser: argparse.ArgumentParser, default: Any = False) -> None:
@@ -105,15 +113,15 @@ def add_dataset_argument(parser: argparse.ArgumentParser, help: str, required: b
     parser.add_argument("--dataset", required=required, metavar="NAME_OR_FILE", help=help)
 
 
-def add_datasets_argument(parser: argparse.ArgumentParser, help: str, default: Any = None) -> None:
+def add_datasets_argument(parser: argparse.ArgumentParser, help: str, default: Any = None, shown: Any = None) -> None:
     """``--datasets``: comma-separated data sets (registry names or local files)."""
-    parser.add_argument("--datasets", type=comma_list, default=default, metavar="NAMES", help=help)
+    parser.add_argument("--datasets", type=comma_list, default=default, metavar="NAMES",
+                        help=_with_default(help, shown if shown is not None else default))
 
 
 def add_tasks_argument(parser: argparse.ArgumentParser, default: Any = ("stsb",), help: str = "comma-separated evaluation tasks") -> None:
-    shown = f" (default: {show_default(default)})" if default is not argparse.SUPPRESS else ""
     value = list(default) if isinstance(default, tuple) else default
-    parser.add_argument("--tasks", type=comma_list, default=value, metavar="TASKS", help=f"{help}{shown}")
+    parser.add_argument("--tasks", type=comma_list, default=value, metavar="TASKS", help=_with_default(help, default))
 
 
 def check_output(path: str | Path | None, overwrite: bool, flag: str = "--output") -> Path | None:

@@ -1,4 +1,9 @@
-"""``contrastive-bert train``: run a training recipe (file and/or flags) in SentenceTransformerTrainer."""
+"""``contrastive-bert train``: run a training recipe (file and/or flags) in SentenceTransformerTrainer.
+
+Every recipe field is a flag; flags override the file. ``--resume`` continues the run recorded in
+``<output-dir>/recipe.json``: a flag that differs from the recorded recipe is an error naming the
+field, except the few that may change on resume (``max_steps``, ``epochs``, logging/saving steps).
+"""
 
 from __future__ import annotations
 
@@ -6,34 +11,46 @@ import argparse
 import dataclasses
 import json
 import typing
+from typing import Any
 
-from contrastive_bert.training.recipe import TrainingRecipe
+from contrastive_bert.cli.arguments import (
+    add_batch_size_argument,
+    add_data_dir_argument,
+    add_datasets_argument,
+    add_model_argument,
+    add_output_dir_argument,
+    add_overwrite_argument,
+    comma_list,
+    parse_json_object,
+    show_default,
+)
+from contrastive_bert.training.recipe import MIXED_PRECISION, RESUME_OVERRIDABLE, TrainingRecipe
 
 _HELP = {
-    "model": "'default' (bundled all-MiniLM-L6-v2), a local folder or a hub id",
-    "datasets": "comma-separated training data sets (registry names)",
     "loss": "loss name: mnrl, cached_mnrl, cosent, queue_infonce, acl, ...",
     "loss_options": "JSON object of keyword arguments for the loss, e.g. '{\"scale\": 20}'",
-    "data_dir": "local data root (default: $CONTRASTIVE_BERT_DATA, else the hub)",
+    "epochs": "passes over the training data (with --max-steps -1)",
     "max_steps": "number of optimizer steps (-1: use --epochs)",
     "max_train_samples": "cut the shuffled training set to this many rows",
     "min_pair_score": "STS pairs with score >= this (in [0, 1]) are positives",
     "dev_task": "task evaluated on its validation split during training ('' for none)",
-    "eval_tasks": "comma-separated tasks evaluated on test before and after training",
+    "eval_tasks": "comma-separated tasks evaluated on test before and after training ('' for none)",
     "freeze_layers": "freeze the embeddings and the lowest N encoder layers",
-    "mixed_precision": "no, fp16, bf16 or auto (CUDA only)",
-    "overwrite": "replace the run in an existing output directory",
-    "resume": "continue from the last checkpoint in the output directory",
+    "mixed_precision": "mixed precision (fp16, bf16, auto: CUDA only)",
+    "head_learning_rate": "learning rate of heads on top of the encoder (label / exit heads)",
+    "warmup_ratio": "fraction of the steps with linear learning-rate warm-up",
 }
+# Fields whose flags come from the shared helpers of cli/arguments.py.
+_SHARED = ("model", "datasets", "data_dir", "batch_size", "output_dir", "overwrite", "resume")
+_JSON_FIELDS = ("loss_options",)
 
 
-def _flag_type(field: dataclasses.Field):
-    hint = typing.get_type_hints(TrainingRecipe)[field.name]
-    if field.name in ("loss_options",):
-        return json.loads
-    if field.name in ("datasets", "eval_tasks"):
-        return lambda text: [name.strip() for name in text.split(",") if name.strip()]
-    if field.name == "dev_task":
+def _flag_type(name: str, hint: Any):
+    if name in _JSON_FIELDS or typing.get_origin(hint) is dict:
+        return str  # parsed by parse_json_object: a one-line error instead of the usage text
+    if typing.get_origin(hint) is list:
+        return comma_list if typing.get_args(hint) == (str,) else str
+    if name == "dev_task":
         return lambda text: text or None
     for candidate in (bool, int, float):
         if hint is candidate or candidate in typing.get_args(hint):
@@ -41,30 +58,76 @@ def _flag_type(field: dataclasses.Field):
     return str
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "train",
         help="train a model from a recipe file and/or flags",
-        description="Train inside SentenceTransformerTrainer. Every recipe field is also a flag; flags override the file.",
+        description="Every recipe field is a flag; flags override the file. --resume continues the run recorded in "
+        "<output-dir>/recipe.json from its last checkpoint: a flag that differs from the recorded recipe is an error "
+        "naming the field, except the few that may change on resume (max-steps, epochs, logging and saving steps).",
     )
-    parser.add_argument("--recipe", help="YAML or JSON recipe file")
+    defaults = TrainingRecipe()
+    suppress = argparse.SUPPRESS  # a flag not given leaves the file's (or the recorded) value alone
+    parser.add_argument("--recipe", metavar="FILE", help="YAML or JSON recipe file")
+    add_model_argument(parser, default=suppress, shown=defaults.model)
+    add_datasets_argument(parser, "comma-separated training data sets (registry names or data files)",
+                          default=suppress, shown=defaults.datasets)
+    add_data_dir_argument(parser, default=suppress)
+    add_batch_size_argument(parser, default=suppress, help="training batch size (per device)", shown=defaults.batch_size)
+    add_output_dir_argument(parser, "run folder: checkpoints/, final/, recipe.json, results.json",
+                            default=suppress, shown=defaults.output_dir)
+    add_overwrite_argument(parser, default=suppress)
+    parser.add_argument("--resume", action="store_true", default=suppress,
+                        help="continue the run recorded in --output-dir from its last checkpoint "
+                        f"(flags may change only {', '.join(f.replace('_', '-') for f in RESUME_OVERRIDABLE)})")
+    hints = typing.get_type_hints(TrainingRecipe)
     for field in dataclasses.fields(TrainingRecipe):
+        if field.name in _SHARED:
+            continue
         flag = "--" + field.name.replace("_", "-")
-        kind = _flag_type(field)
-        default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
-        help_text = f"{_HELP.get(field.name, field.name.replace('_', ' '))} (default: {default})"
+        kind = _flag_type(field.name, hints[field.name])
+        help_text = f"{_HELP.get(field.name, field.name.replace('_', ' '))} (default: {show_default(getattr(defaults, field.name))})"
         if kind is bool:
-            parser.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text)
+            parser.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=suppress, help=help_text)
+        elif field.name == "mixed_precision":
+            parser.add_argument(flag, dest=field.name, choices=MIXED_PRECISION, default=suppress, help=help_text)
         else:
-            parser.add_argument(flag, dest=field.name, type=kind, default=argparse.SUPPRESS, help=help_text)
+            metavar = "JSON" if field.name in _JSON_FIELDS else {int: "N", float: "X", comma_list: "NAMES"}.get(kind, "VALUE")
+            parser.add_argument(flag, dest=field.name, type=kind, default=suppress, metavar=metavar, help=help_text)
     parser.set_defaults(func=run_train)
+    return parser
+
+
+def given_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The recipe fields set on the command line (flags not given are absent); JSON-valued
+    flags parsed, a bad one a one-line ``ValueError``."""
+    hints = typing.get_type_hints(TrainingRecipe)
+    values = {name: getattr(args, name) for name in TrainingRecipe.field_names() if hasattr(args, name)}
+    for name, value in values.items():
+        flag = "--" + name.replace("_", "-")
+        if name in _JSON_FIELDS:
+            values[name] = parse_json_object(value, flag)
+        elif isinstance(value, str) and typing.get_origin(hints[name]) in (dict, list):
+            try:
+                values[name] = json.loads(value)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{flag}: expected JSON, got {value!r} ({error.msg})") from None
+    return values
 
 
 def recipe_from_args(args: argparse.Namespace) -> TrainingRecipe:
-    overrides = {name: getattr(args, name) for name in TrainingRecipe.field_names() if hasattr(args, name)}
-    if args.recipe:
-        return TrainingRecipe.from_file(args.recipe, overrides)
-    return TrainingRecipe.from_dict(overrides)
+    """The recipe to run: the file (if any) with the flags on top; with ``--resume``, the recorded
+    recipe of ``--output-dir`` with the file and flags checked against it."""
+    values = {**(TrainingRecipe.read_file(args.recipe) if args.recipe else {}), **given_fields(args)}
+    if not values.get("resume"):
+        return TrainingRecipe.from_dict(values)
+    from contrastive_bert.training.output_dir import prepare_output_dir
+
+    output_dir = values.pop("output_dir", TrainingRecipe().output_dir)
+    if values.get("overwrite"):
+        raise ValueError("overwrite, resume: choose one: --overwrite starts afresh, --resume continues the last checkpoint")
+    prepare_output_dir(output_dir, resume=True)  # "no run to resume" before "no recipe.json"
+    return TrainingRecipe.for_resume(output_dir, values)
 
 
 def run_train(args: argparse.Namespace) -> int:

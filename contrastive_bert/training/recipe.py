@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,13 @@ from typing import Any
 import yaml
 
 MIXED_PRECISION = ("no", "fp16", "bf16", "auto")
+RECIPE_FILE = "recipe.json"
+# Fields a resumed run may change (a logged override): how long to train, how often to log/save,
+# where the data and the run folder live. Any other field differing from the recorded recipe is an error.
+RESUME_OVERRIDABLE = ("max_steps", "epochs", "eval_steps", "save_steps", "save_total_limit", "logging_steps", "data_dir", "output_dir")
+RUN_CONTROL = ("overwrite", "resume")  # how to start this invocation, not part of the run
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -119,6 +127,11 @@ class TrainingRecipe:
     @classmethod
     def from_file(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> TrainingRecipe:
         """Read a ``.yaml``/``.yml``/``.json`` recipe; ``overrides`` (e.g. CLI flags) win."""
+        return cls.from_dict({**cls.read_file(path), **(overrides or {})})
+
+    @staticmethod
+    def read_file(path: str | Path) -> dict[str, Any]:
+        """The field values of a ``.yaml``/``.yml``/``.json`` recipe file, unchecked."""
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"recipe: file not found: {path}")
@@ -131,8 +144,48 @@ class TrainingRecipe:
             raise ValueError(f"recipe: expected a .yaml, .yml or .json file, got {path.name}")
         if not isinstance(values, dict):
             raise ValueError(f"recipe: {path} must hold a mapping of fields, got {type(values).__name__}")
-        values.update(overrides or {})
-        return cls.from_dict(values)
+        return values
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def recorded(self) -> dict[str, Any]:
+        """The fields written to ``<output_dir>/recipe.json``: the run, without how it was started."""
+        return {key: value for key, value in self.to_dict().items() if key not in RUN_CONTROL}
+
+    @classmethod
+    def load_recorded(cls, output_dir: str | Path) -> TrainingRecipe:
+        """The recipe a run in ``output_dir`` recorded (``resume: ...`` error when there is none)."""
+        path = Path(output_dir) / RECIPE_FILE
+        if not path.is_file():
+            raise ValueError(f"resume: {path} not found; --resume continues a run started by this package in --output-dir")
+        try:
+            values = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise ValueError(f"resume: {path} is not valid JSON ({error.msg})") from None
+        if not isinstance(values, dict):
+            raise ValueError(f"resume: {path} must hold a mapping of recipe fields")
+        return cls.from_dict({key: value for key, value in values.items() if key not in RUN_CONTROL})
+
+    def resume_overrides(self, recorded: TrainingRecipe) -> dict[str, tuple[Any, Any]]:
+        """``{field: (recorded, now)}`` for the fields that differ from ``recorded`` and may change
+        on resume; ``ValueError`` naming the first field that differs and may not."""
+        changed = {name: (getattr(recorded, name), getattr(self, name)) for name in self.field_names()
+                   if name not in RUN_CONTROL and getattr(recorded, name) != getattr(self, name)}
+        for name, (was, now) in changed.items():
+            if name not in RESUME_OVERRIDABLE:
+                raise ValueError(
+                    f"{name}: the run in {recorded.output_dir} was recorded with {was!r}, got {now!r}; "
+                    f"--resume continues a run as recorded (only {', '.join(RESUME_OVERRIDABLE)} may change)"
+                )
+        return changed
+
+    @classmethod
+    def for_resume(cls, output_dir: str | Path, given: dict[str, Any]) -> TrainingRecipe:
+        """The recorded recipe of ``output_dir`` with the ``given`` fields (CLI flags, a recipe
+        file) applied: each must equal the recorded value or be one that may change on resume."""
+        recorded = cls.load_recorded(output_dir)
+        recipe = cls.from_dict({**recorded.recorded(), **given, "output_dir": str(output_dir), "resume": True})
+        for name, (was, now) in recipe.resume_overrides(recorded).items():
+            logger.info("resume: %s changed from %r to %r", name, was, now)
+        return recipe

@@ -9,11 +9,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from contrastive_bert.training.losses_registry import get_loss_entry
-from contrastive_bert.training.output_dir import CHECKPOINTS, FINAL_MODEL, RESULTS_FILE, prepare_output_dir
-from contrastive_bert.training.recipe import TrainingRecipe
+from contrastive_bert.training.output_dir import (
+    CHECKPOINTS,
+    FINAL_MODEL,
+    RESULTS_FILE,
+    SCORES_BEFORE_FILE,
+    clear_run,
+    prepare_output_dir,
+    write_json,
+)
+from contrastive_bert.training.recipe import RECIPE_FILE, TrainingRecipe
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +39,8 @@ class TrainingOutcome:
 def _precision_flags(mixed_precision: str) -> dict[str, bool]:
     if mixed_precision == "no":
         return {}
+    import torch
+
     if not torch.cuda.is_available():
         if mixed_precision == "auto":
             return {}
@@ -72,6 +80,7 @@ def training_arguments(
     """``SentenceTransformerTrainingArguments`` from a recipe (checkpoints under ``output_dir``).
     With ``recipe.head_learning_rate``, parameters matching ``head_pattern`` get that rate: a
     freshly initialised head needs a far larger step than the pretrained encoder."""
+    import torch
     from sentence_transformers import SentenceTransformerTrainingArguments
 
     rate_mapping = {}
@@ -130,9 +139,11 @@ def fit(
     batch_sampler: str = "batch_sampler",
     resume_from_checkpoint: str | None = None,
 ):
-    """Train ``model`` on ``train_dataset`` with ``loss`` for the recipe's steps; returns the trainer."""
+    """Train ``model`` on ``train_dataset`` with ``loss`` for the recipe's steps; returns the trainer.
+    A non-finite gradient norm or loss stops training there and raises :class:`TrainingDiverged`."""
     from sentence_transformers import SentenceTransformerTrainer
 
+    from contrastive_bert.training.divergence import NonFiniteCallback
     from contrastive_bert.training.freezing import freeze_layers
 
     if recipe.max_seq_length is not None:
@@ -143,25 +154,34 @@ def fit(
         recipe, output_dir, batch_sampler=batch_sampler, has_evaluator=evaluator is not None,
         head_pattern=head_parameter_pattern(model),
     )
-    callbacks = list(callbacks or []) + loss_callbacks(loss, resume_from_checkpoint)
+    guard = NonFiniteCallback(output_dir)
+    callbacks = list(callbacks or []) + loss_callbacks(loss, resume_from_checkpoint) + [guard]
     trainer = SentenceTransformerTrainer(
         model=model, args=args, train_dataset=train_dataset, loss=loss, evaluator=evaluator, callbacks=callbacks
     )
     trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    if guard.failed:
+        raise guard.error()
     return trainer
 
 
 def check_recipe(recipe: TrainingRecipe):
-    """Every check that needs no model: loss, data sets and their formats, tasks, output folder.
-    Returns ``(loss_entry, checkpoint_to_resume)``."""
+    """Every check that needs no model and loads no data: recipe fields, the recorded recipe on
+    resume, the loss and its options, the model path, data sets and their formats, tasks, the
+    output folder. Writes nothing. Returns ``(loss_entry, checkpoint_to_resume)``."""
+    from contrastive_bert.data import resolve_data_dir
     from contrastive_bert.evaluation.tasks import check_tasks
+    from contrastive_bert.models import check_model_name
     from contrastive_bert.training.train_data import check_train_datasets
 
-    from contrastive_bert.data import resolve_data_dir
-
     recipe.validate()
-    resolve_data_dir(recipe.data_dir)
+    if recipe.resume and (Path(recipe.output_dir) / RECIPE_FILE).is_file():
+        for name, (was, now) in recipe.resume_overrides(TrainingRecipe.load_recorded(recipe.output_dir)).items():
+            logger.info("resume: %s changed from %r to %r", name, was, now)
     entry = get_loss_entry(recipe.loss)
+    entry.check_options(recipe.loss_options)
+    check_model_name(recipe.model)
+    resolve_data_dir(recipe.data_dir)
     check_train_datasets(recipe.datasets, entry.data_format)
     if recipe.eval_tasks:
         check_tasks(recipe.eval_tasks)
@@ -187,18 +207,20 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
         max_samples=recipe.max_train_samples, seed=recipe.seed,
     )
     evaluator = TaskEvaluator(recipe.dev_task, data_dir=recipe.data_dir) if recipe.dev_task else None
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "recipe.json").write_text(json.dumps(recipe.to_dict(), indent=2))
-
     model = load_model(recipe.model)
     if recipe.max_seq_length is not None:
         model.max_seq_length = recipe.max_seq_length
-    before_file = output_dir / "scores_before.json"
+
+    if recipe.overwrite:  # only now that data and model have loaded
+        clear_run(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_json(output_dir / RECIPE_FILE, recipe.recorded())
+    before_file = output_dir / SCORES_BEFORE_FILE
     if checkpoint and before_file.is_file():
         before = json.loads(before_file.read_text())
     else:
         before = evaluate_tasks(model, recipe.eval_tasks, data_dir=recipe.data_dir) if recipe.eval_tasks else {}
-        before_file.write_text(json.dumps(before, indent=2))
+        write_json(before_file, before)
 
     loss = entry.build(model, train_dataset, recipe)
     start = time.perf_counter()
@@ -209,7 +231,7 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
     seconds = time.perf_counter() - start
     model.save(str(output_dir / FINAL_MODEL))
     after = evaluate_tasks(model, recipe.eval_tasks, data_dir=recipe.data_dir) if recipe.eval_tasks else {}
-    results = {"recipe": recipe.to_dict(), "before": before, "after": after, "train_seconds": seconds,
+    results = {"recipe": recipe.recorded(), "before": before, "after": after, "train_seconds": seconds,
                "train_rows": len(train_dataset), "global_step": trainer.state.global_step}
-    (output_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2))
+    write_json(output_dir / RESULTS_FILE, results)
     return TrainingOutcome(model, str(output_dir), before, after, trainer.state.log_history, seconds)

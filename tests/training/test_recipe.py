@@ -10,7 +10,7 @@ import yaml
 from torch import nn
 
 from contrastive_bert.training import LOSSES, LossEntry, TrainingRecipe, check_recipe, get_loss_entry, register_loss
-from contrastive_bert.training.output_dir import prepare_output_dir
+from contrastive_bert.training.output_dir import clear_run, prepare_output_dir, write_json
 from contrastive_bert.training.runner import training_arguments
 from contrastive_bert.training.train_data import build_train_dataset, check_train_datasets
 
@@ -219,9 +219,13 @@ def _fake_run(folder):
     (folder / "final").mkdir()
     (folder / "final" / "model.safetensors").write_text("w")
     (folder / "results.json").write_text("{}")
+    (folder / "recipe.json").write_text("{}")
+    (folder / "scores_before.json").write_text("{}")
+    (folder / "stage-2").mkdir()
     (folder / "my_notes.txt").write_text("keep me")
     (folder / "plots").mkdir()
     (folder / "plots" / "loss.png").write_text("png")
+    (folder / "stages.txt").write_text("not ours")
 
 
 def test_output_dir_new_or_empty(tmp_path):
@@ -241,8 +245,12 @@ def test_output_dir_existing_refused(tmp_path):
 
 def test_output_dir_overwrite_keeps_user_files(tmp_path):
     _fake_run(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
     assert prepare_output_dir(tmp_path, overwrite=True) is None
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["my_notes.txt", "plots"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # checking removes nothing
+    removed = clear_run(tmp_path)
+    assert sorted(p.name for p in removed) == ["checkpoints", "final", "recipe.json", "results.json", "scores_before.json", "stage-2"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my_notes.txt", "plots", "stages.txt"]
     assert (tmp_path / "my_notes.txt").read_text() == "keep me"
     assert (tmp_path / "plots" / "loss.png").is_file()
 
