@@ -49,12 +49,14 @@ def classification_scores(
     }
 
 
-def evaluate_classification(model, train_dataset, test_dataset, k: int = 1, batch_size: int = 64, seed: int = 42) -> dict[str, float]:
+def evaluate_classification(
+    model, train_dataset, test_dataset, k: int = 1, batch_size: int = 64, seed: int = 42, show_progress_bar: bool = False
+) -> dict[str, float]:
     """Fit on ``train_dataset`` embeddings, score on ``test_dataset`` (both ``text``/``label``)."""
     validate_split(train_dataset, "classification", split="train dataset")
     validate_split(test_dataset, "classification", split="test dataset")
-    train = encode_unique(model, list(train_dataset["text"]), batch_size=batch_size)
-    test = encode_unique(model, list(test_dataset["text"]), batch_size=batch_size)
+    train = encode_unique(model, list(train_dataset["text"]), batch_size=batch_size, show_progress_bar=show_progress_bar)
+    test = encode_unique(model, list(test_dataset["text"]), batch_size=batch_size, show_progress_bar=show_progress_bar)
     scores = classification_scores(
         train, np.asarray(train_dataset["label"]), test, np.asarray(test_dataset["label"]), k=k, seed=seed
     )

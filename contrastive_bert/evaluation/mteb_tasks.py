@@ -1,9 +1,11 @@
 """MTEB integration: local data wrapped as mteb tasks, stock mteb tasks by name, and ``mteb.evaluate``.
 
-Local tasks (``LocalSTSBenchmark``, ``LocalMRPCPairClassification``, ``LocalBanking77Classification``,
-``LocalEmotionClassification``, ``LocalSST2Classification``) read their rows through
-:func:`contrastive_bert.data.load_dataset`, so they run offline on ``../shared/data`` and produce
-the same :class:`mteb.TaskResult` objects as the stock tasks. Usage::
+Every registered data set with an ``mteb`` card (:class:`contrastive_bert.data.MtebCard`) and a
+pair-score, pair-binary or classification task type becomes a local mteb task class, built from
+its fields (``LocalSTSBenchmark``, ``LocalMRPCPairClassification``, ``LocalBanking77Classification``,
+``LocalEmotionClassification``, ``LocalSST2Classification`` are attributes of this module). They
+read their rows through :func:`contrastive_bert.data.load_dataset`, so they run offline on a local
+data root and produce the same :class:`mteb.TaskResult` objects as the stock tasks. Usage::
 
     scores = run_mteb("default", ["stsb", "banking77"], data_dir="../shared/data")
     scores["LocalSTSBenchmark"]["main_score"]  # cosine Spearman x100
@@ -28,17 +30,11 @@ from mteb.abstasks.pair_classification import AbsTaskPairClassification
 from mteb.abstasks.sts import AbsTaskSTS
 from mteb.abstasks.task_metadata import TaskMetadata
 
-from contrastive_bert.data import DATA_DIR_ENV, load_dataset, resolve_data_dir
+from contrastive_bert.data import DATA_DIR_ENV, REGISTRY, DatasetSpec, get_dataset, load_dataset, resolve_data_dir
 
 logger = logging.getLogger(__name__)
 
 _LOCAL_REVISION = "local"
-# our data set name -> stock mteb task name (tasks mteb ships; sst2 and mrpc have no stock text task)
-STOCK_TASKS: dict[str, str] = {
-    "stsb": "STSBenchmark",
-    "banking77": "Banking77Classification",
-    "emotion": "EmotionClassification",
-}
 
 
 class _LocalDataMixin:
@@ -85,33 +81,10 @@ class _LocalDataMixin:
         return splits
 
 
-class LocalSTSBenchmark(_LocalDataMixin, AbsTaskSTS):
-    """STS Benchmark test split from local files; scores rescaled from [0, 1] to mteb's [0, 5]."""
+class _LocalSTS(_LocalDataMixin, AbsTaskSTS):
+    """A pair-score data set as mteb STS; scores back on their original scale (``score_scale``)."""
 
-    dataset_name = "stsb"
     min_score = 0
-    max_score = 5
-    metadata = TaskMetadata(
-        name="LocalSTSBenchmark",
-        dataset={"path": "sentence-transformers/stsb", "revision": _LOCAL_REVISION},
-        description="STS Benchmark (STSbenchmark) read from local files through contrastive_bert's data registry.",
-        reference="https://github.com/PhilipMay/stsb-multi-mt/",
-        type="STS",
-        category="t2t",
-        modalities=["text"],
-        eval_splits=["test"],
-        eval_langs=["eng-Latn"],
-        main_score="cosine_spearman",
-        date=("2017-01-01", "2017-12-31"),
-        domains=["Blog", "News", "Written"],
-        task_subtypes=[],
-        license="not specified",
-        annotations_creators="human-annotated",
-        dialect=[],
-        sample_creation="found",
-        bibtex_citation="",
-        adapted_from=["STSBenchmark"],
-    )
 
     def _to_mteb_columns(self, raw: datasets.DatasetDict) -> datasets.DatasetDict:
         return datasets.DatasetDict(
@@ -122,30 +95,8 @@ class LocalSTSBenchmark(_LocalDataMixin, AbsTaskSTS):
         )
 
 
-class LocalMRPCPairClassification(_LocalDataMixin, AbsTaskPairClassification):
-    """MRPC test split as pair classification (1 = paraphrase); main score max AP as mteb's pair tasks."""
-
-    dataset_name = "mrpc"
-    metadata = TaskMetadata(
-        name="LocalMRPCPairClassification",
-        dataset={"path": "nyu-mll/glue", "name": "mrpc", "revision": _LOCAL_REVISION},
-        description="Microsoft Research Paraphrase Corpus read from local files through contrastive_bert's data registry.",
-        reference="https://aclanthology.org/I05-5002/",
-        type="PairClassification",
-        category="t2t",
-        modalities=["text"],
-        eval_splits=["test"],
-        eval_langs=["eng-Latn"],
-        main_score="max_ap",
-        date=("2005-01-01", "2005-12-31"),
-        domains=["News", "Written"],
-        task_subtypes=[],
-        license="not specified",
-        annotations_creators="human-annotated",
-        dialect=[],
-        sample_creation="found",
-        bibtex_citation="",
-    )
+class _LocalPairClassification(_LocalDataMixin, AbsTaskPairClassification):
+    """A pair-binary data set as mteb pair classification (1 = positive); main score max AP."""
 
     def _to_mteb_columns(self, raw: datasets.DatasetDict) -> datasets.DatasetDict:
         return raw.rename_column("label", self.label_column_name)
@@ -175,102 +126,96 @@ class _LocalClassification(_LocalDataMixin, AbsTaskClassification):
         )
 
 
-def _classification_metadata(name: str, path: str, description: str, reference: str, **fields: Any) -> TaskMetadata:
+# our task type -> (mteb base class, mteb task type, mteb category, mteb main score)
+_MTEB_KINDS: dict[str, tuple[type[_LocalDataMixin], str, str, str]] = {
+    "pair-score": (_LocalSTS, "STS", "t2t", "cosine_spearman"),
+    "pair-binary": (_LocalPairClassification, "PairClassification", "t2t", "max_ap"),
+    "classification": (_LocalClassification, "Classification", "t2c", "accuracy"),
+}
+_CLASSES: dict[str, tuple[DatasetSpec, type[_LocalDataMixin]]] = {}
+
+
+def _mteb_specs() -> list[DatasetSpec]:
+    """Registered data sets offered to mteb: those with an ``mteb`` card and an mteb task type."""
+    return [spec for spec in REGISTRY.values() if spec.mteb is not None and spec.task_type in _MTEB_KINDS]
+
+
+def _metadata(spec: DatasetSpec, mteb_type: str, category: str, main_score: str) -> TaskMetadata:
+    card = spec.mteb
+    dataset = {"path": spec.hub_id or spec.name, "revision": _LOCAL_REVISION}
+    if spec.hub_config:
+        dataset["name"] = spec.hub_config
     return TaskMetadata(
-        name=name,
-        dataset={"path": path, "revision": _LOCAL_REVISION},
-        description=description,
-        reference=reference,
-        type="Classification",
-        category="t2c",
+        name=card.task_name,
+        dataset=dataset,
+        description=f"{spec.description}, read from local files through contrastive_bert's data registry.",
+        reference=spec.reference,
+        type=mteb_type,
+        category=category,
         modalities=["text"],
         eval_splits=["test"],
-        eval_langs=["eng-Latn"],
-        main_score="accuracy",
+        eval_langs=list(card.eval_langs),
+        main_score=main_score,
+        date=card.date,
+        domains=list(card.domains),
         task_subtypes=[],
         license="not specified",
         annotations_creators="human-annotated",
         dialect=[],
         sample_creation="found",
         bibtex_citation="",
-        **fields,
+        adapted_from=[card.stock_task] if card.stock_task else None,
     )
 
 
-class LocalBanking77Classification(_LocalClassification):
-    """Banking77 intent classification (77 labels) from local files."""
-
-    dataset_name = "banking77"
-    metadata = _classification_metadata(
-        "LocalBanking77Classification",
-        "PolyAI/banking77",
-        "Online banking queries annotated with their intents, read from local files.",
-        "https://arxiv.org/abs/2003.04807",
-        date=("2019-01-01", "2019-12-31"),
-        domains=["Written"],
-        adapted_from=["Banking77Classification"],
-    )
-
-
-class LocalEmotionClassification(_LocalClassification):
-    """Emotion classification of tweets (6 labels) from local files; 16 samples per label as the stock task."""
-
-    dataset_name = "emotion"
-    samples_per_label = 16
-    metadata = _classification_metadata(
-        "LocalEmotionClassification",
-        "dair-ai/emotion",
-        "English Twitter messages with six basic emotions, read from local files.",
-        "https://www.aclweb.org/anthology/D18-1404",
-        date=("2017-01-01", "2018-12-31"),
-        domains=["Social", "Written"],
-        adapted_from=["EmotionClassification"],
-    )
+def local_task_class(name: str) -> type[_LocalDataMixin]:
+    """The mteb task class over the registered data set ``name`` (built from its fields, once)."""
+    spec = get_dataset(name)
+    if spec.mteb is None or spec.task_type not in _MTEB_KINDS:
+        raise ValueError(f"names: data set {name!r} has no mteb task (it needs an mteb card and a {', '.join(_MTEB_KINDS)} task type)")
+    if name not in _CLASSES or _CLASSES[name][0] is not spec:
+        base, mteb_type, category, main_score = _MTEB_KINDS[spec.task_type]
+        attributes: dict[str, Any] = {
+            "__doc__": f"{spec.description} (local files, as an mteb {mteb_type} task).",
+            "__module__": __name__,
+            "dataset_name": spec.name,
+            "metadata": _metadata(spec, mteb_type, category, main_score),
+        }
+        if spec.task_type == "pair-score":
+            attributes["max_score"] = spec.score_scale
+        if spec.mteb.samples_per_label is not None:
+            attributes["samples_per_label"] = spec.mteb.samples_per_label
+        _CLASSES[name] = (spec, type(spec.mteb.task_name, (base,), attributes))
+    return _CLASSES[name][1]
 
 
-class LocalSST2Classification(_LocalClassification):
-    """SST-2 binary sentiment classification from local files."""
-
-    dataset_name = "sst2"
-    metadata = _classification_metadata(
-        "LocalSST2Classification",
-        "nyu-mll/glue",
-        "Stanford Sentiment Treebank binary sentiment (SST-2), read from local files.",
-        "https://aclanthology.org/D13-1170/",
-        date=("2013-01-01", "2013-12-31"),
-        domains=["Reviews", "Written"],
-    )
+def __getattr__(attribute: str) -> type[_LocalDataMixin]:
+    """``LocalSTSBenchmark`` etc.: the task classes, by the mteb names on the data sets' cards."""
+    for spec in _mteb_specs():
+        if spec.mteb.task_name == attribute:
+            return local_task_class(spec.name)
+    raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
 
 
-LOCAL_TASKS: dict[str, type[_LocalDataMixin]] = {
-    "stsb": LocalSTSBenchmark,
-    "mrpc": LocalMRPCPairClassification,
-    "banking77": LocalBanking77Classification,
-    "emotion": LocalEmotionClassification,
-    "sst2": LocalSST2Classification,
-}
-# accepted aliases: mteb task names (stock and local) -> our data set name
-_ALIASES: dict[str, str] = {
-    **{stock.lower(): name for name, stock in STOCK_TASKS.items()},
-    **{cls.metadata.name.lower(): name for name, cls in LOCAL_TASKS.items()},
-}
+def stock_tasks() -> dict[str, str]:
+    """Our data set name -> the stock mteb task over the same data (mteb ships them)."""
+    return {spec.name: spec.mteb.stock_task for spec in _mteb_specs() if spec.mteb.stock_task}
 
 
 def supported_tasks() -> list[str]:
     """Data set names :func:`get_mteb_tasks` accepts (mteb task names of them work too)."""
-    return sorted(LOCAL_TASKS)
+    return sorted(spec.name for spec in _mteb_specs())
 
 
 def _canonical_name(name: Any) -> str:
     if isinstance(name, str):
         key = name.strip().lower()
-        if key in LOCAL_TASKS:
-            return key
-        if key in _ALIASES:
-            return _ALIASES[key]
+        for spec in _mteb_specs():
+            if key in (spec.name.lower(), spec.mteb.task_name.lower(), (spec.mteb.stock_task or "").lower()):
+                return spec.name
     raise ValueError(
         f"names: unsupported MTEB task {name!r}; supported: {', '.join(supported_tasks())} "
-        f"(or the mteb names {', '.join(sorted(STOCK_TASKS.values()))})"
+        f"(or the mteb names {', '.join(sorted(stock_tasks().values()))})"
     )
 
 
@@ -297,15 +242,16 @@ def get_mteb_tasks(
         raise ValueError(f"names: duplicate tasks in {list(names)}")
     root = resolve_data_dir(data_dir)
     use_stock = online or root is None
-    if use_stock and any(name in STOCK_TASKS for name in canonical):
+    stock = stock_tasks()
+    if use_stock and any(name in stock for name in canonical):
         reason = "online=True" if online else f"no local data (pass data_dir or set {DATA_DIR_ENV})"
         logger.info("Using stock mteb tasks (%s); mteb downloads their data from the hub", reason)
     tasks: list[mteb.AbsTask] = []
     for name in canonical:
-        if use_stock and name in STOCK_TASKS:
-            tasks.append(mteb.get_task(STOCK_TASKS[name]))
+        if use_stock and name in stock:
+            tasks.append(mteb.get_task(stock[name]))
             continue
-        cls = LOCAL_TASKS[name]
+        cls = local_task_class(name)
         kwargs: dict[str, Any] = {"data_dir": root, "max_samples": max_samples}
         if issubclass(cls, _LocalClassification):
             kwargs["n_experiments"] = n_experiments

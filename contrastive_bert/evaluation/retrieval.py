@@ -29,11 +29,11 @@ def ranking_scores(groups: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, flo
     return {"main_score": mrr, "mrr": mrr, "map": float(np.mean(average_precisions)) * 100, "num_queries": len(reciprocal_ranks)}
 
 
-def evaluate_answer_selection(model, dataset, batch_size: int = 64) -> dict[str, float]:
+def evaluate_answer_selection(model, dataset, batch_size: int = 64, show_progress_bar: bool = False) -> dict[str, float]:
     """Rank each question's candidates (``question``, ``answer``, ``label`` rows) by cosine."""
     validate_split(dataset, "retrieval", split="answer selection dataset")
     questions, answers = list(dataset["question"]), list(dataset["answer"])
-    embeddings = encode_unique(model, questions + answers, batch_size=batch_size)
+    embeddings = encode_unique(model, questions + answers, batch_size=batch_size, show_progress_bar=show_progress_bar)
     q, a = embeddings[: len(questions)], embeddings[len(questions) :]
     cosine = (q * a).sum(axis=1)
     by_question: dict[str, list[int]] = defaultdict(list)

@@ -19,11 +19,11 @@ def sts_scores(embeddings1: np.ndarray, embeddings2: np.ndarray, gold: np.ndarra
     return {"main_score": spearman, "cosine_spearman": spearman, "cosine_pearson": pearson}
 
 
-def evaluate_sts(model, dataset, batch_size: int = 64) -> dict[str, float]:
+def evaluate_sts(model, dataset, batch_size: int = 64, show_progress_bar: bool = False) -> dict[str, float]:
     """STS evaluation of ``model`` on a ``pair-score`` split (``sentence1``, ``sentence2``, ``score``)."""
     validate_split(dataset, "pair-score", split="sts dataset")
     texts = list(dataset["sentence1"]) + list(dataset["sentence2"])
-    embeddings = encode_unique(model, texts, batch_size=batch_size)
+    embeddings = encode_unique(model, texts, batch_size=batch_size, show_progress_bar=show_progress_bar)
     n = len(dataset)
     scores = sts_scores(embeddings[:n], embeddings[n:], np.asarray(dataset["score"], dtype=np.float64))
     scores["num_pairs"] = n

@@ -1,11 +1,21 @@
-"""Evaluate a model on named tasks: each registry data set maps to its evaluator by task type."""
+"""Evaluate a model on data sets: each data set's task type picks its evaluator, its ``main_score``
+field names the metric reported as ``main_score``. Tasks are registry names or data files."""
 
 from __future__ import annotations
 
-from contrastive_bert.data import get_spec, load_dataset
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+
+from tqdm.auto import tqdm
+
+from contrastive_bert.data import get_dataset, load_dataset
+from contrastive_bert.data.spec import DatasetSpec
 from contrastive_bert.evaluation.classification import evaluate_classification
 from contrastive_bert.evaluation.retrieval import evaluate_answer_selection
 from contrastive_bert.evaluation.sts import evaluate_sts
+
+logger = logging.getLogger(__name__)
 
 
 def _pair_binary_as_sts(dataset):
@@ -13,36 +23,100 @@ def _pair_binary_as_sts(dataset):
     return dataset.map(lambda row: {"score": float(row["label"])}).remove_columns("label")
 
 
-def check_tasks(tasks: list[str]) -> list[str]:
-    """Validate task names (registry data sets) before any model is loaded."""
+def _sts(model, spec, data, split, **kwargs):
+    return evaluate_sts(model, data[split], **kwargs)
+
+
+def _pair_binary(model, spec, data, split, **kwargs):
+    return evaluate_sts(model, _pair_binary_as_sts(data[split]), **kwargs)
+
+
+def _classification(model, spec, data, split, **kwargs):
+    if data["train"] is data[split]:
+        raise ValueError(
+            f"tasks: {spec.name!r} has no training rows apart from its {split!r} rows to fit the classifier on; "
+            "register it with separate train and test files (docs/adding_a_dataset.md)"
+        )
+    return evaluate_classification(model, data["train"], data[split], **kwargs)
+
+
+def _retrieval(model, spec, data, split, **kwargs):
+    return evaluate_answer_selection(model, data[split], **kwargs)
+
+
+# task type -> evaluator(model, spec, data, split, batch_size=..., show_progress_bar=...)
+EVALUATORS = {"pair-score": _sts, "pair-binary": _pair_binary, "classification": _classification, "retrieval": _retrieval}
+
+
+def _evaluable(task: str | DatasetSpec) -> DatasetSpec:
+    spec = get_dataset(task)
+    if spec.task_type not in EVALUATORS:
+        raise ValueError(
+            f"tasks: {spec.name!r} is a {spec.task_type} data set (training rows); evaluation needs a "
+            f"{', '.join(EVALUATORS)} data set"
+        )
+    return spec
+
+
+def check_tasks(tasks: Sequence[str]) -> list[str]:
+    """Validate task names (registry data sets or data files) before any model is loaded."""
     if not tasks:
         raise ValueError("tasks: expected at least one task name")
     for task in tasks:
-        get_spec(task)
+        _evaluable(task)
     return list(tasks)
 
 
-def evaluate_split(model, task: str, data, split: str = "test", batch_size: int = 64) -> dict:
-    """Scores of ``model`` on ``data[split]`` of the registry data set ``task`` (``data`` as loaded;
-    classification fits its probe on ``data["train"]``)."""
-    spec = get_spec(task)
+def default_progress_bar() -> bool:
+    """Progress bars are shown when stderr is a terminal."""
+    return sys.stderr.isatty()
+
+
+def evaluate_split(
+    model, task: str | DatasetSpec, data, split: str = "test", batch_size: int = 64, show_progress_bar: bool = False
+) -> dict:
+    """Scores of ``model`` on ``data[split]`` of the data set ``task`` (``data`` as loaded;
+    classification fits its probe on ``data["train"]``), x100, ``main_score`` = the data set's
+    ``main_score`` metric."""
+    spec = _evaluable(task)
     if split not in data:
-        raise ValueError(f"split: {task!r} has splits {list(data)}, not {split!r}")
-    if spec.task_type == "pair-score":
-        return evaluate_sts(model, data[split], batch_size=batch_size)
-    if spec.task_type == "pair-binary":
-        return evaluate_sts(model, _pair_binary_as_sts(data[split]), batch_size=batch_size)
-    if spec.task_type == "classification":
-        return evaluate_classification(model, data["train"], data[split], batch_size=batch_size)
-    return evaluate_answer_selection(model, data[split], batch_size=batch_size)
+        raise ValueError(f"split: {spec.name!r} has splits {list(data)}, not {split!r}")
+    scores = EVALUATORS[spec.task_type](model, spec, data, split, batch_size=batch_size, show_progress_bar=show_progress_bar)
+    if spec.main_score not in scores:
+        raise ValueError(f"main_score: {spec.name!r} names {spec.main_score!r}, but its evaluator reports {sorted(scores)}")
+    return {"main_score": scores[spec.main_score], **{k: v for k, v in scores.items() if k != "main_score"}}
 
 
-def evaluate_task(model, task: str, data_dir: str | None = None, split: str = "test", batch_size: int = 64) -> dict:
-    """Scores of ``model`` on one registry data set's ``split`` (x100, with ``main_score``)."""
-    get_spec(task)
-    return evaluate_split(model, task, load_dataset(task, data_dir=data_dir), split, batch_size=batch_size)
+def evaluate_task(
+    model, task: str | DatasetSpec, data_dir: str | None = None, split: str = "test", batch_size: int = 64,
+    show_progress_bar: bool = False,
+) -> dict:
+    """Scores of ``model`` on one data set's ``split`` (x100, with ``main_score``)."""
+    _evaluable(task)
+    data = load_dataset(task, data_dir=data_dir)
+    return evaluate_split(model, task, data, split, batch_size=batch_size, show_progress_bar=show_progress_bar)
 
 
-def evaluate_tasks(model, tasks: list[str], data_dir: str | None = None, split: str = "test", batch_size: int = 64) -> dict[str, dict]:
-    """``{task: {"main_score": x, <metric>: ...}}`` for every task in ``tasks``."""
-    return {task: evaluate_task(model, task, data_dir=data_dir, split=split, batch_size=batch_size) for task in check_tasks(tasks)}
+def evaluate_tasks(
+    model,
+    tasks: Sequence[str],
+    data_dir: str | None = None,
+    split: str = "test",
+    batch_size: int = 64,
+    data: Mapping[str, object] | None = None,
+    show_progress_bar: bool | None = None,
+) -> dict[str, dict]:
+    """``{task: {"main_score": x, <metric>: ...}}`` for every task in ``tasks``.
+
+    ``data`` holds already-loaded data sets by task name (the others are loaded here);
+    ``show_progress_bar``: one bar over the tasks plus the encoding bars (default: when stderr
+    is a terminal)."""
+    tasks = check_tasks(tasks)
+    show = default_progress_bar() if show_progress_bar is None else show_progress_bar
+    data = dict(data or {})
+    results = {}
+    for task in tqdm(tasks, desc="Evaluating", unit="task", disable=not show):
+        loaded = data[task] if task in data else load_dataset(task, data_dir=data_dir)
+        results[task] = evaluate_split(model, task, loaded, split, batch_size=batch_size, show_progress_bar=show)
+        logger.info("%s %s: main_score %.2f", task, split, results[task]["main_score"])
+    return results
