@@ -39,5 +39,5 @@ def write_results(path: str | Path, payload: dict) -> Path:
     """Write ``payload`` (plus the environment) as pretty JSON, creating the folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**payload, "environment": environment()}, indent=2))
+    path.write_text(json.dumps({**payload, "environment": environment()}, indent=2, allow_nan=False))
     return path

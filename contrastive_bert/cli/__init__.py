@@ -40,13 +40,30 @@ def build_cli() -> argparse.ArgumentParser:
     return parser
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time (so repeated ``main()`` calls, e.g. in tests, agree)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def configure_logging(verbosity: int) -> None:
-    """Once per process, at the entry point: our modules only ``logging.getLogger(__name__)``."""
+    """Once per process, at the entry point: our modules only ``logging.getLogger(__name__)``.
+    Adds one stderr handler to the root logger (kept across calls) and sets the levels."""
     level = LOG_LEVELS[max(-1, min(1, verbosity))]
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", force=True)
-    if level > logging.DEBUG:  # third-party libraries stay at warnings unless --verbose
-        for name in ("transformers", "sentence_transformers", "datasets", "mteb", "urllib3", "filelock", "httpx"):
-            logging.getLogger(name).setLevel(max(level, logging.WARNING))
+    root = logging.getLogger()
+    if not any(isinstance(handler, _StderrHandler) for handler in root.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"))
+        root.addHandler(handler)
+    root.setLevel(level)
+    for name in ("transformers", "sentence_transformers", "datasets", "mteb", "urllib3", "filelock", "httpx"):
+        logging.getLogger(name).setLevel(level if level == logging.DEBUG else max(level, logging.WARNING))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,8 +7,17 @@ import json
 import sys
 from pathlib import Path
 
+from contrastive_bert.cli.arguments import (
+    add_batch_size_argument,
+    add_model_argument,
+    add_output_argument,
+    add_overwrite_argument,
+    check_output,
+    replace_output,
+)
 
-def add_parser(subparsers) -> None:
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "classify",
         help="classify texts zero-shot by label names (or with the model's trained label head)",
@@ -16,15 +25,17 @@ def add_parser(subparsers) -> None:
         "the label with the highest cosine similarity. Without --labels the model's own "
         "LabelEmbeddingClassifier (from ACL training) classifies.",
     )
-    parser.add_argument("--model", default="default", help="'default' (bundled all-MiniLM-L6-v2), a local folder or a hub id")
+    add_model_argument(parser)
     parser.add_argument("--labels", default=None, help="comma-separated label names; omit to use the model's trained head")
-    parser.add_argument("--input", required=True, help="text file, one text per line ('-' for stdin)")
-    parser.add_argument("--template", default="This text is about {}.", help="label prompt with '{}' for the name")
+    parser.add_argument("--input", required=True, metavar="FILE", help="text file, one text per line ('-' for stdin)")
+    parser.add_argument("--template", default="This text is about {}.", help="label prompt with '{}' for the name (default: 'This text is about {}.')")
     parser.add_argument("--multi-label", action="store_true", help="every label whose cosine >= --threshold")
-    parser.add_argument("--threshold", type=float, default=0.5, help="cosine threshold for --multi-label")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--output", default=None, help="write JSON lines {text, label(s), probabilities} here")
+    parser.add_argument("--threshold", type=float, default=0.5, help="cosine threshold for --multi-label (default: 0.5)")
+    add_batch_size_argument(parser)
+    add_output_argument(parser, "also write JSON lines {text, prediction, probabilities} to this file")
+    add_overwrite_argument(parser)
     parser.set_defaults(func=run_classify)
+    return parser
 
 
 def _read_texts(path: str) -> list[str]:
@@ -44,9 +55,10 @@ def _read_texts(path: str) -> list[str]:
 def run_classify(args: argparse.Namespace) -> int:
     from contrastive_bert.heads.label_embedding import find_label_head, load_model_with_head, predict_proba
     from contrastive_bert.inference.zero_shot import ZeroShotClassifier
+    from contrastive_bert.models import check_model_name
 
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size: expected a positive integer, got {args.batch_size}")
+    output = check_output(args.output, args.overwrite)
+    check_model_name(args.model)
     labels = None
     if args.labels is not None:
         labels = [name.strip() for name in args.labels.split(",") if name.strip()]
@@ -69,14 +81,14 @@ def run_classify(args: argparse.Namespace) -> int:
         )
         names, probabilities = classifier.labels, classifier.predict_proba(texts)
         predictions = classifier.predict(texts)
-    out = open(args.output, "w", encoding="utf-8") if args.output else None
+    out = open(replace_output(output), "w", encoding="utf-8") if output is not None else None
     try:
         for text, prediction, row in zip(texts, predictions, probabilities):
             shown = ",".join(prediction) if isinstance(prediction, list) else prediction
             print(f"{shown}\t{text}")
             if out is not None:
                 record = {"text": text, "prediction": prediction, "probabilities": dict(zip(names, map(float, row)))}
-                out.write(json.dumps(record) + "\n")
+                out.write(json.dumps(record, allow_nan=False) + "\n")
     finally:
         if out is not None:
             out.close()

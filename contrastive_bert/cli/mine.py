@@ -8,10 +8,21 @@ the pairs (a registered data set or a local file), the model and the corpus, and
 from __future__ import annotations
 
 import argparse
-import shutil
 from pathlib import Path
 from typing import Any
 
+from contrastive_bert.cli.arguments import (
+    DEFAULT_MODEL_HELP,
+    add_batch_size_argument,
+    add_data_dir_argument,
+    add_dataset_argument,
+    add_model_argument,
+    add_overwrite_argument,
+    check_output,
+    replace_output,
+)
+
+OUTPUT_FILES = (".jsonl", ".json", ".csv", ".parquet")
 FILE_BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 
@@ -22,31 +33,37 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=(
             "Mine hard negatives with FAISS for a pair data set (a registered name such as stsb, mrpc, "
             "answer_selection, or a .csv/.tsv/.jsonl/.parquet file with anchor/positive columns) "
-            "and write (anchor, positive, negative...) rows."
+            "and write (anchor, positive, negative...) rows: a .jsonl/.csv/.parquet file (--output; "
+            "train on it with train --datasets FILE) or a datasets folder (--output-dir)."
         ),
     )
-    parser.add_argument("--dataset", required=True, help="registered data set name or a local pair file")
-    parser.add_argument("--output", required=True, help="output: a folder (save_to_disk) or a .jsonl/.csv/.parquet file")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    parser.add_argument("--model", default="default", help="model used to embed (default: bundled all-MiniLM-L6-v2)")
-    parser.add_argument("--split", default="train")
-    parser.add_argument("--data-dir", default=None, help="root of the local data sets (default: CONTRASTIVE_BERT_DATA)")
-    parser.add_argument("--anchor-column", default=None, help="for files: the anchor column (default: first)")
-    parser.add_argument("--positive-column", default=None, help="for files: the positive column (default: second)")
-    parser.add_argument("--min-pair-score", type=float, default=0.8, help="STS-style data: keep pairs scoring >= this")
-    parser.add_argument("--corpus", default=None, help="text file, one candidate per line (default: the positives)")
-    parser.add_argument("--max-samples", type=int, default=None, help="mine for the first N pairs only")
-    parser.add_argument("--num-negatives", type=int, default=3)
-    parser.add_argument("--range-min", type=int, default=0)
-    parser.add_argument("--range-max", type=int, default=None)
-    parser.add_argument("--absolute-margin", type=float, default=None)
-    parser.add_argument("--relative-margin", type=float, default=0.05, help="NV-Retriever's TopK-PercPos (default 0.05)")
-    parser.add_argument("--max-score", type=float, default=None)
-    parser.add_argument("--sampling-strategy", choices=("top", "random"), default="top")
-    parser.add_argument("--output-format", choices=("triplet", "n-tuple", "labeled-pair", "labeled-list"), default="triplet")
-    parser.add_argument("--batch-size", type=int, default=64)
+    add_dataset_argument(parser, "registered data set name or a local pair file")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--output", metavar="FILE", help="write a .jsonl, .csv or .parquet file")
+    where.add_argument("--output-dir", metavar="DIR", help="write a datasets folder (Dataset.save_to_disk)")
+    add_overwrite_argument(parser)
+    add_model_argument(parser, help="model used to embed: " + DEFAULT_MODEL_HELP)
+    parser.add_argument("--split", default="train", help="split of a registered data set (default: train)")
+    add_data_dir_argument(parser)
+    parser.add_argument("--anchor-column", default=None, help="for files: the anchor column (default: the first)")
+    parser.add_argument("--positive-column", default=None, help="for files: the positive column (default: the second)")
+    parser.add_argument("--min-pair-score", type=float, default=0.8, help="STS-style data: keep pairs scoring >= this (default: 0.8)")
+    parser.add_argument("--corpus", default=None, metavar="FILE", help="text file, one candidate per line (default: the positives)")
+    parser.add_argument("--max-samples", type=int, default=None, metavar="N", help="mine for the first N pairs only")
+    parser.add_argument("--num-negatives", type=int, default=3, metavar="N", help="negatives per pair (default: 3)")
+    parser.add_argument("--range-min", type=int, default=0, metavar="N", help="skip the N most similar candidates (default: 0)")
+    parser.add_argument("--range-max", type=int, default=None, metavar="N", help="consider only the N most similar candidates")
+    parser.add_argument("--absolute-margin", type=float, default=None, metavar="X",
+                        help="a negative must score below the positive's score minus X")
+    parser.add_argument("--relative-margin", type=float, default=0.05, metavar="X",
+                        help="a negative must score below (1 - X) x the positive's score: NV-Retriever's TopK-PercPos (default: 0.05)")
+    parser.add_argument("--max-score", type=float, default=None, metavar="X", help="drop candidates scoring above X")
+    parser.add_argument("--sampling-strategy", choices=("top", "random"), default="top", help="(default: top)")
+    parser.add_argument("--output-format", choices=("triplet", "n-tuple", "labeled-pair", "labeled-list"), default="triplet",
+                        help="(default: triplet)")
+    add_batch_size_argument(parser, default=64)
     parser.add_argument("--no-faiss", action="store_true", help="exact torch search instead of FAISS")
-    parser.add_argument("--device", default=None)
+    parser.add_argument("--device", default=None, help="torch device (default: the best available)")
     parser.set_defaults(func=run_mine)
     return parser
 
@@ -75,27 +92,23 @@ def _load_pairs(args: argparse.Namespace):
 
 def _check_args(args: argparse.Namespace) -> Path:
     if args.num_negatives < 1:
-        raise ValueError(f"num-negatives: expected >= 1, got {args.num_negatives}")
+        raise ValueError(f"--num-negatives: expected >= 1, got {args.num_negatives}")
     if args.range_min < 0:
-        raise ValueError(f"range-min: expected >= 0, got {args.range_min}")
+        raise ValueError(f"--range-min: expected >= 0, got {args.range_min}")
     if args.range_max is not None and args.range_max <= args.range_min:
-        raise ValueError(f"range-max: expected > range-min ({args.range_min}), got {args.range_max}")
+        raise ValueError(f"--range-max: expected > --range-min ({args.range_min}), got {args.range_max}")
     if args.relative_margin is not None and not 0 <= args.relative_margin <= 1:
-        raise ValueError(f"relative-margin: expected a value in [0, 1], got {args.relative_margin}")
-    if args.batch_size < 1:
-        raise ValueError(f"batch-size: expected >= 1, got {args.batch_size}")
+        raise ValueError(f"--relative-margin: expected a value in [0, 1], got {args.relative_margin}")
     if args.max_samples is not None and args.max_samples < 1:
-        raise ValueError(f"max-samples: expected >= 1, got {args.max_samples}")
-    output = Path(args.output).expanduser()
-    if output.exists() and not args.overwrite:
-        raise ValueError(f"output: {output} already exists; pass --overwrite to replace it")
-    return output
+        raise ValueError(f"--max-samples: expected >= 1, got {args.max_samples}")
+    if args.output is not None and Path(args.output).suffix.lower() not in OUTPUT_FILES:
+        raise ValueError(f"--output: expected a {', '.join(OUTPUT_FILES)} file, got {args.output}; use --output-dir for a folder")
+    flag = "--output" if args.output is not None else "--output-dir"
+    return check_output(args.output if args.output is not None else args.output_dir, args.overwrite, flag)
 
 
-def _write(dataset, output: Path, overwrite: bool) -> None:
-    if output.exists() and overwrite:
-        shutil.rmtree(output) if output.is_dir() else output.unlink()
-    output.parent.mkdir(parents=True, exist_ok=True)
+def _write(dataset, output: Path) -> None:
+    replace_output(output)
     suffix = output.suffix.lower()
     if suffix in (".jsonl", ".json"):
         dataset.to_json(str(output), lines=True, force_ascii=False)
@@ -112,9 +125,10 @@ def run_mine(args: argparse.Namespace) -> int:
     from sentence_transformers.util import mine_hard_negatives
 
     from contrastive_bert.mining import faiss_available
-    from contrastive_bert.models import load_model
+    from contrastive_bert.models import check_model_name, load_model
 
     output = _check_args(args)
+    check_model_name(args.model)
     pairs = _load_pairs(args)
     if args.max_samples is not None:
         pairs = pairs.select(range(min(args.max_samples, len(pairs))))
@@ -145,6 +159,6 @@ def run_mine(args: argparse.Namespace) -> int:
         use_faiss=faiss_available() and not args.no_faiss,
         verbose=False,
     )
-    _write(mined, output, args.overwrite)
+    _write(mined, output)
     print(f"mined {len(mined)} rows ({', '.join(mined.column_names)}) from {len(pairs)} pairs -> {output}")
     return 0

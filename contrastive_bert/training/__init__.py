@@ -1,7 +1,30 @@
-"""Training inside the sentence-transformers loop: recipes, the loss registry, callbacks."""
+"""Training inside the sentence-transformers loop: recipes, the loss registry, callbacks.
 
-from contrastive_bert.training.losses_registry import LOSSES, LossEntry, get_loss_entry, register_loss
-from contrastive_bert.training.recipe import TrainingRecipe
-from contrastive_bert.training.runner import TrainingOutcome, check_recipe, fit, train
+Names are imported on first use, so that ``contrastive_bert.training.recipe`` (read by the CLI
+to build its flags) does not import torch.
+"""
 
-__all__ = ["LOSSES", "LossEntry", "TrainingOutcome", "TrainingRecipe", "check_recipe", "fit", "get_loss_entry", "register_loss", "train"]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "LOSSES": "losses_registry",
+    "LossEntry": "losses_registry",
+    "get_loss_entry": "losses_registry",
+    "register_loss": "losses_registry",
+    "TrainingRecipe": "recipe",
+    "TrainingOutcome": "runner",
+    "check_recipe": "runner",
+    "fit": "runner",
+    "train": "runner",
+    "TrainingDiverged": "divergence",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

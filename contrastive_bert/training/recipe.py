@@ -5,12 +5,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 MIXED_PRECISION = ("no", "fp16", "bf16", "auto")
 RECIPE_FILE = "recipe.json"
@@ -18,8 +15,6 @@ RECIPE_FILE = "recipe.json"
 # where the data and the run folder live. Any other field differing from the recorded recipe is an error.
 RESUME_OVERRIDABLE = ("max_steps", "epochs", "eval_steps", "save_steps", "save_total_limit", "logging_steps", "data_dir", "output_dir")
 RUN_CONTROL = ("overwrite", "resume")  # how to start this invocation, not part of the run
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -139,6 +134,8 @@ class TrainingRecipe:
         if path.suffix.lower() == ".json":
             values = json.loads(text)
         elif path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
             values = yaml.safe_load(text) or {}
         else:
             raise ValueError(f"recipe: expected a .yaml, .yml or .json file, got {path.name}")
@@ -186,6 +183,5 @@ class TrainingRecipe:
         file) applied: each must equal the recorded value or be one that may change on resume."""
         recorded = cls.load_recorded(output_dir)
         recipe = cls.from_dict({**recorded.recorded(), **given, "output_dir": str(output_dir), "resume": True})
-        for name, (was, now) in recipe.resume_overrides(recorded).items():
-            logger.info("resume: %s changed from %r to %r", name, was, now)
+        recipe.resume_overrides(recorded)  # the runner logs the allowed changes
         return recipe

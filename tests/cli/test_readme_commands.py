@@ -1,0 +1,126 @@
+"""Every ``contrastive-bert`` command shown in README.md's "Command line" and "Labelled data"
+sections runs through ``cli.main`` and exits 0.
+
+The commands are read from the README's ```bash blocks, so this test follows the README as it
+changes. They run in README order in one shared folder (a later ``--resume`` or ``--model
+output/acl/final`` uses an earlier command's output), as written except that: paths under
+``output/`` and the named input/output files move into a temporary folder; models that are not
+a folder made by an earlier command are the tiny BERT; training gets tiny step counts and no
+evaluation; ``mine`` mines for a few pairs. Every flag the README shows is kept.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+import contrastive_bert.models
+from contrastive_bert.cli import main
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+SECTIONS = ("Command line", "Labelled data")
+# Subcommands another part of the package is still rebuilding: their README commands may fail.
+NOT_YET = {"early-exit": "early-exit is being rebuilt (exit criteria as objects); needs a multi-exit model to run"}
+TINY_TRAIN = {"--max-steps": "2", "--max-train-samples": "16", "--batch-size": "4", "--eval-tasks": "", "--dev-task": "",
+              "--save-steps": "2", "--model": "tiny"}
+TEXTS = ["I still have not received my card", "What is the exchange rate today?", "My card was stolen"]
+
+
+def readme_commands(text: str) -> list[str]:
+    """``contrastive-bert ...`` lines of the ```bash blocks under the SECTIONS headings (continuations joined)."""
+    commands, section, fence = [], None, None  # fence: the language of the open ``` block
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            fence = (stripped[3:] or "text") if fence is None else None
+            continue
+        heading = re.match(r"(#{1,6})\s+(.*)", line) if fence is None else None
+        if heading:
+            section = heading.group(2) if any(heading.group(2).startswith(s) for s in SECTIONS) else None
+        elif fence == "bash" and section:
+            if commands and commands[-1].endswith("\\"):
+                commands[-1] = commands[-1][:-1] + " " + stripped
+            elif stripped.startswith("contrastive-bert"):
+                commands.append(stripped)
+    return commands
+
+
+def _set(argv: list[str], flag: str, value: str) -> None:
+    if flag in argv:
+        argv[argv.index(flag) + 1] = value
+    else:
+        argv += [flag, value]
+
+
+def adapt(command: str, workspace: Path, shared_data: Path) -> list[str]:
+    """The argv to run for a README command (see the module docstring)."""
+    argv = shlex.split(command, comments=True)[1:]
+    for i, arg in enumerate(argv):
+        if arg.startswith("output/"):
+            argv[i] = str(workspace / arg)
+        elif arg == "../shared/data":
+            argv[i] = str(shared_data)
+        elif i and argv[i - 1] in ("--input", "--output") and "/" not in arg:
+            argv[i] = str(workspace / arg)
+    if "--model" in argv and not Path(argv[argv.index("--model") + 1]).is_dir():
+        _set(argv, "--model", "tiny")
+    if argv and argv[0] == "train":
+        for flag, value in TINY_TRAIN.items():
+            if flag == "--model" and "--resume" in argv:
+                continue
+            _set(argv, flag, value)
+        if "--resume" in argv:
+            _set(argv, "--max-steps", "3")  # continue one step further than recorded
+    if argv and argv[0] == "mine":
+        _set(argv, "--max-samples", "32")
+    return argv
+
+
+COMMANDS = readme_commands(README.read_text(encoding="utf-8"))
+
+
+def test_the_readme_shows_commands():
+    assert any(c.startswith("contrastive-bert train") for c in COMMANDS)
+    assert any("--resume" in c for c in COMMANDS)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("readme")
+    (folder / "texts.txt").write_text("\n".join(TEXTS) + "\n")
+    return folder
+
+
+@pytest.fixture()
+def readme_loader(monkeypatch, _tiny_model_session):
+    """Folders made by earlier commands load for real; any other model is the tiny BERT."""
+    real = contrastive_bert.models.load_model
+
+    def load_model(name_or_path="default", device=None, **kwargs):
+        if Path(str(name_or_path)).is_dir():
+            return real(name_or_path, device=device, **kwargs)
+        return copy.deepcopy(_tiny_model_session)
+
+    monkeypatch.setattr(contrastive_bert.models, "load_model", load_model)
+
+
+def _marks(command: str):
+    words = command.split()
+    subcommand = words[1] if len(words) > 1 else ""
+    return [pytest.mark.xfail(reason=NOT_YET[subcommand], strict=False)] if subcommand in NOT_YET else []
+
+
+@pytest.mark.parametrize("command", [pytest.param(c, marks=_marks(c), id=c[:70]) for c in COMMANDS])
+def test_readme_command_runs(command, workspace, shared_data, readme_loader, monkeypatch):
+    monkeypatch.setenv("CONTRASTIVE_BERT_DATA", str(shared_data))
+    monkeypatch.chdir(README.parent)  # the README's relative paths (scripts/recipes/...) are from the repository root
+    argv = adapt(command, workspace, shared_data)
+    try:
+        code = main(argv)
+    except SystemExit as exit_info:  # --help
+        code = exit_info.code
+    assert code == 0, f"{command}\n-> contrastive-bert {shlex.join(argv)}"
