@@ -59,12 +59,18 @@ def read_table(path: str | os.PathLike, argument: str = "source") -> dict[str, l
 
 def _read_json(path: Path) -> dict[str, list]:
     text = path.read_text(encoding="utf-8")
-    try:
-        loaded = json.loads(text)
-    except json.JSONDecodeError:
-        loaded = [json.loads(line) for line in text.splitlines() if line.strip()]  # JSON Lines
-    if isinstance(loaded, dict) and all(isinstance(v, list) for v in loaded.values()):
-        return loaded
+    loaded = None
+    if path.suffix.lower() == ".json":
+        try:
+            loaded = json.loads(text)
+        except json.JSONDecodeError:
+            pass  # JSON Lines in a .json file (as datasets' own JSON writer makes)
+    if loaded is None:
+        loaded = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if isinstance(loaded, dict):
+        if all(isinstance(v, list) for v in loaded.values()):
+            return loaded
+        loaded = [loaded]
     if not isinstance(loaded, list) or not all(isinstance(row, dict) for row in loaded):
         raise ValueError("expected JSON objects, one per row (or an object of column lists)")
     names = list(dict.fromkeys(name for row in loaded for name in row))

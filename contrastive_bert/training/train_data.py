@@ -1,29 +1,47 @@
-"""Build the training ``datasets.Dataset`` a loss needs from registry data set names."""
+"""Build the training ``datasets.Dataset`` a loss needs from data sets (registry names or data files).
+
+Each loss trains on one data format (``losses_registry.DATA_FORMATS``); a data set can give it
+when its task type is listed for that format below.
+"""
 
 from __future__ import annotations
 
 import datasets
 
-from contrastive_bert.data import get_spec, load_dataset, positive_pairs
+from contrastive_bert.data import get_dataset, load_dataset, positive_pairs, scored_pairs
 
 _COMPATIBLE = {
-    "pairs": ("pair-score", "pair-binary", "retrieval"),
+    "pairs": ("pair-score", "pair-binary", "retrieval", "pairs", "triplets"),
     "scored_pairs": ("pair-score", "pair-binary"),
     "labelled": ("classification",),
 }
 
 
 def check_train_datasets(names: list[str], data_format: str) -> None:
-    """Fail early if a data set is unknown or cannot give ``data_format`` rows."""
-    for name in names:
-        spec = get_spec(name)
+    """Fail early if a data set is unknown, unreadable or cannot give ``data_format`` rows."""
+    specs = [get_dataset(name) for name in names]
+    for spec in specs:
         if spec.task_type not in _COMPATIBLE[data_format]:
             raise ValueError(
-                f"datasets: {name!r} is a {spec.task_type} data set, but this loss trains on {data_format} "
+                f"datasets: {spec.name!r} is a {spec.task_type} data set, but this loss trains on {data_format} "
                 f"(from {', '.join(_COMPATIBLE[data_format])} data sets)"
             )
     if data_format == "labelled" and len(names) != 1:
-        raise ValueError(f"datasets: a classification loss trains on exactly one labelled data set, got {names}")
+        raise ValueError(f"datasets: a classification loss trains on exactly one labelled data set, got {[s.name for s in specs]}")
+    with_negatives = [spec.name for spec in specs if spec.task_type == "triplets"]
+    if with_negatives and len(with_negatives) != len(specs):
+        raise ValueError(
+            f"datasets: {with_negatives} carry hard negatives and {[s.name for s in specs if s.task_type != 'triplets']} do not; "
+            "train on data sets of one kind (rows of one training set need the same columns)"
+        )
+
+
+def _rows(split: datasets.Dataset, data_format: str, min_pair_score: float) -> datasets.Dataset:
+    if data_format == "pairs":
+        return positive_pairs(split, min_score=min_pair_score)
+    if data_format == "scored_pairs":
+        return scored_pairs(split)
+    return split.select_columns(["text", "label"])
 
 
 def build_train_dataset(
@@ -35,19 +53,13 @@ def build_train_dataset(
     seed: int = 42,
 ) -> datasets.Dataset:
     """Training rows in ``data_format`` from the ``train`` splits of ``names``, shuffled with ``seed``
-    and cut to ``max_samples``."""
+    and cut to ``max_samples``. Triplets files keep their negative columns (MNRL and the queue loss
+    use them as hard negatives)."""
     check_train_datasets(names, data_format)
-    parts = []
-    for name in names:
-        split = load_dataset(name, split="train", data_dir=data_dir)
-        if data_format == "pairs":
-            parts.append(positive_pairs(split, min_score=min_pair_score))
-        elif data_format == "scored_pairs":
-            if "label" in split.column_names:
-                split = split.map(lambda row: {"score": float(row["label"])}).remove_columns("label")
-            parts.append(split.select_columns(["sentence1", "sentence2", "score"]))
-        else:
-            parts.append(split.select_columns(["text", "label"]))
+    parts = [_rows(load_dataset(name, split="train", data_dir=data_dir), data_format, min_pair_score) for name in names]
+    columns = {get_dataset(name).name: part.column_names for name, part in zip(names, parts)}
+    if len({tuple(c) for c in columns.values()}) > 1:
+        raise ValueError(f"datasets: the training rows of these data sets have different columns: {columns}")
     dataset = datasets.concatenate_datasets(parts).shuffle(seed=seed)
     if max_samples is not None:
         dataset = dataset.select(range(min(max_samples, len(dataset))))
