@@ -124,6 +124,10 @@ class LabelEmbeddingClassifier(Module):
         else:
             weight = torch.empty(len(self.label_names), in_features)
             nn.init.xavier_normal_(weight)
+        self._set_weight(weight)
+
+    def _set_weight(self, weight: Tensor) -> None:
+        """Store the (K, d) label embeddings: a trainable parameter here (free label vectors)."""
         self.weight = nn.Parameter(weight)
 
     @property
@@ -136,13 +140,14 @@ class LabelEmbeddingClassifier(Module):
         normalized = self.normalize if normalized is None else normalized
         return F.normalize(self.weight, p=2, dim=-1) if normalized else self.weight
 
-    def logits(self, embeddings: Tensor) -> Tensor:
-        """Class scores for embeddings (B, d) -> (B, K)."""
+    def logits(self, embeddings: Tensor, label_embeddings: Tensor | None = None) -> Tensor:
+        """Class scores for embeddings (B, d) -> (B, K), against ``label_embeddings`` (K, d) if given
+        (e.g. freshly encoded label names) instead of the stored rows."""
         if embeddings.dim() != 2 or embeddings.shape[-1] != self.in_features:
             raise ValueError(
                 f"embeddings: expected shape (B, {self.in_features}), got {tuple(embeddings.shape)}"
             )
-        weight = self.weight.to(embeddings.dtype)
+        weight = (self.weight if label_embeddings is None else label_embeddings).to(embeddings.dtype)
         if self.normalize:
             return self.scale * F.normalize(embeddings, p=2, dim=-1) @ F.normalize(weight, p=2, dim=-1).T
         return embeddings @ weight.T
@@ -158,7 +163,7 @@ class LabelEmbeddingClassifier(Module):
     def add_labels(self, label_names: Sequence[str], embeddings: Tensor) -> None:
         """Append new labels with their embeddings (n, d) as new weight rows.
 
-        The parameter is replaced by a larger one: rebuild any optimizer that holds the old one.
+        The weight is replaced by a larger one: rebuild any optimizer that holds the old one.
         """
         names = _check_label_names(label_names, "label_names", min_count=1)
         clash = sorted(set(names) & set(self.label_names))
@@ -169,7 +174,7 @@ class LabelEmbeddingClassifier(Module):
                 f"embeddings: expected shape ({len(names)}, {self.in_features}), got {tuple(embeddings.shape)}"
             )
         new_rows = embeddings.detach().to(device=self.weight.device, dtype=self.weight.dtype)
-        self.weight = nn.Parameter(torch.cat([self.weight.detach(), new_rows], dim=0))
+        self._set_weight(torch.cat([self.weight.detach(), new_rows], dim=0))
         self.label_names = self.label_names + names
 
     def get_config_dict(self) -> dict[str, Any]:
@@ -272,21 +277,26 @@ def _check_texts(texts: Iterable[str], name: str = "texts") -> list[str]:
 def add_labels_from_names(
     model: nn.Module,
     label_names: Sequence[str],
-    template: str = "{}",
+    template: str | None = None,
     batch_size: int = 32,
 ) -> LabelEmbeddingClassifier:
     """Embed ``template.format(name)`` for each new label with ``model`` and append them to its head.
 
     Use after ACL training to add labels unseen in training (the head and the sentence
-    embeddings share one space). Returns the head.
+    embeddings share one space). ``template`` defaults to the head's ``label_template`` (an
+    encoded label head) or ``"{}"``. Returns the head.
     """
     head = _require_head(model)
     names = _check_label_names(label_names, "label_names", min_count=1)
-    if "{}" not in template:
+    template = getattr(head, "label_template", "{}") if template is None else template
+    if not isinstance(template, str) or "{}" not in template:
         raise ValueError(f"template: must contain '{{}}' for the label name, got {template!r}")
-    embeddings = unwrap_model(model).encode(
-        [template.format(name) for name in names], batch_size=batch_size, convert_to_tensor=True
-    )
+    if getattr(head, "label_template", template) != template:
+        raise ValueError(f"template: the head encodes its labels through {head.label_template!r}, got {template!r}")
+    base = unwrap_model(model)
+    was_training = base.training
+    embeddings = base.encode([template.format(name) for name in names], batch_size=batch_size, convert_to_tensor=True)
+    base.train(was_training)  # encode() leaves the model in eval mode
     head.add_labels(names, embeddings.float())
     return head
 

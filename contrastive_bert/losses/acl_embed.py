@@ -39,31 +39,48 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from transformers import TrainerCallback
 
+from contrastive_bert.heads.encoded_label import EncodedLabelClassifier, attach_encoded_label_head
 from contrastive_bert.heads.label_embedding import LabelEmbeddingClassifier, attach_label_head, find_label_head
-from contrastive_bert.losses.acl_grad import GradientAngleCallback, gradient_angle, is_optimizer_sync_step
-from contrastive_bert.losses.supcon import SUPCON_CITATION, check_labels, label_anchored_supcon, supervised_contrastive_loss
+from contrastive_bert.losses.acl_grad import (
+    ANGLE_PARAMETERS,
+    GradientAngleCallback,
+    gating_parameters,
+    gradient_angle,
+    is_optimizer_sync_step,
+)
+from contrastive_bert.losses.supcon import SUPCON_CITATION, check_labels, label_anchored_supcon
+from contrastive_bert.losses.supcon import supervised_contrastive_loss  # noqa: F401  (old import path of cross_layer.py)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ACLEmbedLoss", "build_acl_loss", "dataset_label_names", "supervised_contrastive_loss", "gradient_angle"]
+__all__ = ["ACLEmbedLoss", "build_acl_loss", "dataset_label_names"]
 
 MODES = ("acl", "supcon", "ce")
+LABEL_EMBEDDINGS = ("free", "encoded")
+
+
+def _positive_int(options: Mapping[str, Any], name: str, minimum: int) -> None:
+    value = options[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"loss_options.{name}: expected an integer >= {minimum}, got {value!r}")
 
 
 class ACLEmbedLoss(nn.Module):
     """Cross-entropy + lambda x label-anchored supervised contrastive loss, with ACL-Grad gating.
 
     Args:
-        model: SentenceTransformer; a ``LabelEmbeddingClassifier`` with ``label_names`` is appended
-            if it has none (an existing head must carry the same names in the same order).
+        model: SentenceTransformer; a label head with ``label_names`` is appended if it has none
+            (an existing head must carry the same names in the same order).
         label_names: the K >= 2 class names; dataset labels are ints in [0, K).
         temperature: SupCon temperature tau.
         contrastive_weight: lambda.
@@ -72,6 +89,19 @@ class ACLEmbedLoss(nn.Module):
         mode: ``"acl"`` (label anchors), ``"supcon"`` (plain SupCon, no anchors) or ``"ce"`` (CE only).
         head_scale: logit scale of a newly created head (cosine logits x scale).
         initial_grad_scale: first power-of-two scale for the per-term gradients (see module doc).
+        label_embedding: ``"free"``: the head's rows are free vectors
+            (:class:`~contrastive_bert.heads.label_embedding.LabelEmbeddingClassifier`);
+            ``"encoded"``: the rows are the encoder's embeddings of ``label_template.format(name)``
+            (:class:`~contrastive_bert.heads.encoded_label.EncodedLabelClassifier`), re-encoded with
+            gradients each step for the classes of the batch, so a new label is added by its name.
+        label_template: template of the encoded label texts (``"{}"`` = the bare name).
+        label_refresh_every: encoded head only: re-encode all K rows (no gradient) every this many steps.
+        angle_parameters: ``"all"`` (exact ACL-Grad: the angle over every trainable parameter, one
+            extra backward per step) or ``"head_last_layer"`` (the angle over the head and the
+            encoder's last layer only: a short partial backward; the trainer's single backward does the rest).
+        angle_every: take the gating decision every this many optimizer steps and keep it in between.
+        angle_audit_every: with a cheaper estimate, also compute the exact angle on every this many
+            decisions and record it (``exact_angle`` / ``exact_gated`` in ``angle_history``); 0 = never.
 
     Input: one text column, labels (B,) ints. Returns ``{"ce": ..., "contrastive": lambda * SupCon}``
     (the objective's parts; with gating on, their gradient is the gated one).
@@ -88,32 +118,77 @@ class ACLEmbedLoss(nn.Module):
         mode: Literal["acl", "supcon", "ce"] = "acl",
         head_scale: float = 20.0,
         initial_grad_scale: float = 2.0**16,
+        label_embedding: Literal["free", "encoded"] = "free",
+        label_template: str = "{}",
+        label_refresh_every: int = 50,
+        angle_parameters: Literal["all", "head_last_layer"] = "all",
+        angle_every: int = 1,
+        angle_audit_every: int = 0,
     ) -> None:
         super().__init__()
-        if mode not in MODES:
-            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
-        if not isinstance(temperature, (int, float)) or not temperature > 0:
-            raise ValueError(f"temperature: must be > 0, got {temperature!r}")
-        if not isinstance(contrastive_weight, (int, float)) or contrastive_weight < 0:
-            raise ValueError(f"contrastive_weight: must be >= 0, got {contrastive_weight!r}")
-        if not isinstance(angle_threshold, (int, float)) or not 0.0 <= angle_threshold <= 180.0:
-            raise ValueError(f"angle_threshold: must be in [0, 180] degrees, got {angle_threshold!r}")
-        if not initial_grad_scale > 0:
-            raise ValueError(f"initial_grad_scale: must be > 0, got {initial_grad_scale!r}")
+        options = {k: v for k, v in locals().items() if k not in ("self", "model", "label_names", "__class__")}
+        self.check_options(options)
         self.model = model
-        head = attach_label_head(model, label_names, scale=head_scale)
+        if label_embedding == "encoded":
+            head = attach_encoded_label_head(model, label_names, label_template=label_template, scale=head_scale)
+        else:
+            head = attach_label_head(model, label_names, scale=head_scale)
         self.label_names = list(head.label_names)
         self.temperature = float(temperature)
         self.contrastive_weight = float(contrastive_weight)
         self.gradient_gating = bool(gradient_gating)
         self.angle_threshold = float(angle_threshold)
         self.mode = mode
+        self.label_embedding = label_embedding
+        self.label_template = label_template
+        self.label_refresh_every = label_refresh_every
+        self.angle_parameters = angle_parameters
+        self.angle_every = angle_every
+        self.angle_audit_every = angle_audit_every
         self.grad_scale = float(2.0 ** round(math.log2(initial_grad_scale)))
         self._finite_steps = 0
         self._accumulated_ce: list[Tensor | None] | None = None
         self._accumulated_contrastive: list[Tensor | None] | None = None
+        self._pending_decision = True
+        self._current_weight = self.contrastive_weight
+        self._optimizer_steps = 0
+        self._training_forwards = 0
+        self.audit_seconds = 0.0
         self.angle_history: list[dict[str, float | int | bool]] = []
         self.single_class_batches = 0
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """Value checks of the options given (a recipe's ``loss_options``), without a model."""
+        def number(name: str) -> float | None:
+            value = options.get(name)
+            if name not in options:
+                return None
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"loss_options.{name}: expected a number, got {value!r}")
+            return float(value)
+
+        choices = {"mode": MODES, "label_embedding": LABEL_EMBEDDINGS, "angle_parameters": ANGLE_PARAMETERS}
+        for name, allowed in choices.items():
+            if name in options and options[name] not in allowed:
+                raise ValueError(f"loss_options.{name}: expected one of {allowed}, got {options[name]!r}")
+        if (value := number("temperature")) is not None and not value > 0:
+            raise ValueError(f"loss_options.temperature: expected a positive number, got {options['temperature']!r}")
+        if (value := number("contrastive_weight")) is not None and value < 0:
+            raise ValueError(f"loss_options.contrastive_weight: expected a number >= 0, got {options['contrastive_weight']!r}")
+        if (value := number("angle_threshold")) is not None and not 0.0 <= value <= 180.0:
+            raise ValueError(f"loss_options.angle_threshold: expected degrees in [0, 180], got {options['angle_threshold']!r}")
+        for name in ("initial_grad_scale", "head_scale"):
+            if (value := number(name)) is not None and not value > 0:
+                raise ValueError(f"loss_options.{name}: expected a positive number, got {options[name]!r}")
+        if "gradient_gating" in options and not isinstance(options["gradient_gating"], bool):
+            raise ValueError(f"loss_options.gradient_gating: expected true or false, got {options['gradient_gating']!r}")
+        template = options.get("label_template", "{}")
+        if not isinstance(template, str) or "{}" not in template:
+            raise ValueError(f"loss_options.label_template: expected a string containing '{{}}', got {template!r}")
+        for name, minimum in (("label_refresh_every", 1), ("angle_every", 1), ("angle_audit_every", 0)):
+            if name in options:
+                _positive_int(options, name, minimum)
 
     # ----------------------------------------------------------------- helpers
 
@@ -129,20 +204,41 @@ class ACLEmbedLoss(nn.Module):
     def uses_contrastive(self) -> bool:
         return self.mode != "ce" and self.contrastive_weight > 0
 
-    def contrastive_term(self, embeddings: Tensor, labels: Tensor) -> Tensor:
-        """SupCon over [embeddings (B, d); label embeddings (K, d)] (``acl``) or embeddings only (``supcon``)."""
-        label_embeddings = self.head.label_embeddings(normalized=True) if self.mode == "acl" else None
+    @property
+    def exact_gating(self) -> bool:
+        """True when every step's decision uses the exact angle over all parameters."""
+        return self.angle_parameters == "all" and self.angle_every == 1
+
+    def contrastive_term(self, embeddings: Tensor, labels: Tensor, label_embeddings: Tensor | None = None) -> Tensor:
+        """SupCon over [embeddings (B, d); label embeddings (K, d)] (``acl``) or embeddings only (``supcon``).
+        ``label_embeddings`` default to the head's rows."""
+        if self.mode != "acl":
+            return label_anchored_supcon(embeddings, labels, None, self.temperature)
+        if label_embeddings is None:
+            label_embeddings = self.head.label_embeddings(normalized=True)
         return label_anchored_supcon(embeddings, labels, label_embeddings, self.temperature)
+
+    def _label_rows(self, head: LabelEmbeddingClassifier, labels: Tensor) -> Tensor | None:
+        """Encoded head with gradients on: the K rows with the batch's classes encoded now (with graph)."""
+        if not isinstance(head, EncodedLabelClassifier) or not torch.is_grad_enabled():
+            return None
+        if self._training_forwards % self.label_refresh_every == 0:
+            head.refresh(self.model)
+        self._training_forwards += 1
+        return head.label_embeddings_with_grad(self.model, labels)
 
     def compute_terms(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor) -> tuple[Tensor, Tensor | None]:
         """Forward the model; return (CE, SupCon or None), both scalars with graph."""
         features = list(sentence_features)
         if len(features) != 1:
             raise ValueError(f"sentence_features: ACLEmbedLoss takes one text column, got {len(features)}")
-        output = self.model(features[0])
         head = self.head
-        labels = check_labels(labels, head.num_labels, "ACLEmbedLoss").to(output["sentence_embedding"].device)
-        logits = output[head.module_output_name]
+        labels = check_labels(labels, head.num_labels, "ACLEmbedLoss")
+        output = self.model(features[0])
+        embeddings = output["sentence_embedding"]
+        labels = labels.to(embeddings.device)
+        label_rows = self._label_rows(head, labels)
+        logits = output[head.module_output_name] if label_rows is None else head.logits(embeddings, label_rows)
         ce = F.cross_entropy(logits.float(), labels)
         if not self.uses_contrastive:
             return ce, None
@@ -154,7 +250,7 @@ class ACLEmbedLoss(nn.Module):
                 UserWarning,
                 stacklevel=2,
             )
-        return ce, self.contrastive_term(output["sentence_embedding"], labels)
+        return ce, self.contrastive_term(embeddings, labels, label_rows)
 
     # ----------------------------------------------------------------- forward
 
@@ -165,20 +261,66 @@ class ACLEmbedLoss(nn.Module):
         weighted = self.contrastive_weight * contrastive
         if not (self.gradient_gating and torch.is_grad_enabled() and ce.requires_grad):
             return {"ce": ce, "contrastive": weighted}
-        surrogate = self._gated_surrogate(ce, contrastive)
-        return {"ce": ce.detach() + (surrogate - surrogate.detach()), "contrastive": weighted.detach()}
+        if self.exact_gating:
+            surrogate = self._gated_surrogate(ce, contrastive)
+            return {"ce": ce.detach() + (surrogate - surrogate.detach()), "contrastive": weighted.detach()}
+        weight = self._estimated_weight(ce, contrastive)
+        return {"ce": ce, "contrastive": weight * contrastive + (self.contrastive_weight - weight) * contrastive.detach()}
 
-    def _gated_surrogate(self, ce: Tensor, contrastive: Tensor) -> Tensor:
-        """Per-term gradients, ACL-Grad decision, and a value-0 surrogate whose gradient is the gated one."""
-        params = [p for p in self.model.parameters() if p.requires_grad]
+    def _term_gradients(
+        self, ce: Tensor, contrastive: Tensor, params: list[Tensor], keep_graph: bool
+    ) -> tuple[list[Tensor | None], list[Tensor | None]]:
+        """grad(CE) and grad(SupCon) over ``params`` (scaled and unscaled, see module doc)."""
         scale = self.grad_scale
         grads_ce = torch.autograd.grad(ce * scale, params, retain_graph=True, allow_unused=True)
-        grads_con = torch.autograd.grad(contrastive * scale, params, allow_unused=True)
+        grads_con = torch.autograd.grad(contrastive * scale, params, retain_graph=keep_graph, allow_unused=True)
         grads_ce = [None if g is None else g / scale for g in grads_ce]
         grads_con = [None if g is None else g / scale for g in grads_con]
         finite = all(bool(torch.isfinite(g).all()) for g in (*grads_ce, *grads_con) if g is not None)
         self._update_grad_scale(finite)
+        return grads_ce, grads_con
 
+    def _record(self, angle: float, cosine: float, norm_ce: float, norm_con: float, weight: float, **extra: Any) -> None:
+        self.angle_history.append(
+            {
+                "step": len(self.angle_history),
+                "angle": angle,
+                "cosine": cosine,
+                "grad_norm_ce": norm_ce,
+                "grad_norm_contrastive": norm_con,
+                "gated": weight == 0.0,
+                "weight": weight,
+                **extra,
+            }
+        )
+
+    def _estimated_weight(self, ce: Tensor, contrastive: Tensor) -> float:
+        """lambda' from the cheaper estimate: the angle over ``angle_parameters``, decided every
+        ``angle_every`` optimizer steps (on the step's first micro-batch) and kept in between."""
+        if self._pending_decision:
+            params = gating_parameters(self.model, self.angle_parameters)
+            angle, cosine, norm_ce, norm_con = gradient_angle(*self._term_gradients(ce, contrastive, params, True))
+            self._current_weight = self.contrastive_weight if angle <= self.angle_threshold else 0.0
+            extra: dict[str, Any] = {"estimate": self.angle_parameters}
+            if self.angle_audit_every and len(self.angle_history) % self.angle_audit_every == 0:
+                start = time.perf_counter()
+                exact = angle
+                if self.angle_parameters != "all":
+                    all_params = gating_parameters(self.model, "all")
+                    exact = gradient_angle(*self._term_gradients(ce, contrastive, all_params, True))[0]
+                extra.update(exact_angle=exact, exact_gated=not exact <= self.angle_threshold)
+                self.audit_seconds += time.perf_counter() - start
+            self._record(angle, cosine, norm_ce, norm_con, self._current_weight, **extra)
+            self._pending_decision = False
+        if is_optimizer_sync_step():
+            self._optimizer_steps += 1
+            self._pending_decision = self._optimizer_steps % self.angle_every == 0
+        return self._current_weight
+
+    def _gated_surrogate(self, ce: Tensor, contrastive: Tensor) -> Tensor:
+        """Per-term gradients, ACL-Grad decision, and a value-0 surrogate whose gradient is the gated one."""
+        params = gating_parameters(self.model, "all")
+        grads_ce, grads_con = self._term_gradients(ce, contrastive, params, False)
         self._accumulated_ce = _add(self._accumulated_ce, grads_ce)
         self._accumulated_contrastive = _add(self._accumulated_contrastive, grads_con)
         coefficients: list[Tensor | None] = list(grads_ce)
@@ -191,17 +333,7 @@ class ACLEmbedLoss(nn.Module):
                     c if s is None else (s * weight if c is None else c + weight * s)
                     for c, s in zip(coefficients, self._accumulated_contrastive)
                 ]
-            self.angle_history.append(
-                {
-                    "step": len(self.angle_history),
-                    "angle": angle,
-                    "cosine": cosine,
-                    "grad_norm_ce": norm_ce,
-                    "grad_norm_contrastive": norm_con,
-                    "gated": not keep,
-                    "weight": weight,
-                }
-            )
+            self._record(angle, cosine, norm_ce, norm_con, weight)
             self._accumulated_ce = self._accumulated_contrastive = None
         surrogate = ce.new_zeros(())
         for param, coefficient in zip(params, coefficients):
@@ -222,11 +354,15 @@ class ACLEmbedLoss(nn.Module):
             self._finite_steps = 0
 
     def trainer_callbacks(self) -> list:
-        """Callbacks the training runner adds: gradient-angle logging when ACL-Grad is on.
-        (``angle_threshold=180`` logs the angle without ever gating a finite one.)"""
-        if not (self.gradient_gating and self.uses_contrastive):
-            return []
-        return [GradientAngleCallback(self)]
+        """Callbacks the training runner adds: gradient-angle logging when ACL-Grad is on
+        (``angle_threshold=180`` logs the angle without ever gating a finite one), and a last
+        re-encoding of the label names at the end of training for an encoded head."""
+        callbacks: list = []
+        if self.gradient_gating and self.uses_contrastive:
+            callbacks.append(GradientAngleCallback(self))
+        if self.label_embedding == "encoded":
+            callbacks.append(EncodedLabelRefreshCallback(self.model))
+        return callbacks
 
     def get_config_dict(self) -> dict[str, Any]:
         return {
@@ -236,11 +372,28 @@ class ACLEmbedLoss(nn.Module):
             "gradient_gating": self.gradient_gating,
             "angle_threshold": self.angle_threshold,
             "mode": self.mode,
+            "label_embedding": self.label_embedding,
+            "label_template": self.label_template,
+            "angle_parameters": self.angle_parameters,
+            "angle_every": self.angle_every,
         }
 
     @property
     def citation(self) -> str:
         return SUPCON_CITATION
+
+
+class EncodedLabelRefreshCallback(TrainerCallback):
+    """Re-encode an encoded label head's rows (eval mode) when training ends, so the saved head
+    equals the encoder's embeddings of its label names."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+
+    def on_train_end(self, args, state, control, **kwargs):
+        head = find_label_head(self.model)
+        if isinstance(head, EncodedLabelClassifier):
+            head.refresh(self.model)
 
 
 def _add(total: list[Tensor | None] | None, grads: Sequence[Tensor | None]) -> list[Tensor | None]:

@@ -6,17 +6,41 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from transformers import TrainerCallback
+
+from contrastive_bert.models import unwrap_model
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GradientAngleCallback", "gradient_angle", "is_optimizer_sync_step"]
+__all__ = ["ANGLE_PARAMETERS", "GradientAngleCallback", "gating_parameters", "gradient_angle", "is_optimizer_sync_step"]
+
+ANGLE_PARAMETERS = ("all", "head_last_layer")
+_LAYER_INDEX = re.compile(r"\.layer\.(\d+)\.")
+
+
+def gating_parameters(model: nn.Module, scope: str = "all") -> list[nn.Parameter]:
+    """Trainable parameters the gradient angle is taken over.
+
+    ``"all"``: every trainable parameter. ``"head_last_layer"``: those of the modules on top of
+    the encoder (module 0: label head, dense layers) plus the encoder's last transformer layer
+    (the highest ``.layer.<i>.`` in the parameter names: BERT, RoBERTa, DistilBERT, MPNet), so the
+    per-term gradients need a backward through one layer only.
+    """
+    if scope not in ANGLE_PARAMETERS:
+        raise ValueError(f"angle_parameters: expected one of {ANGLE_PARAMETERS}, got {scope!r}")
+    named = [(name, p) for name, p in unwrap_model(model).named_parameters() if p.requires_grad]
+    if scope == "all":
+        return [p for _, p in named]
+    layers = [int(m.group(1)) for name, _ in named if name.startswith("0.") and (m := _LAYER_INDEX.search(name))]
+    last = f".layer.{max(layers)}." if layers else None
+    return [p for name, p in named if not name.startswith("0.") or (last is not None and last in name)]
 
 
 def gradient_angle(

@@ -10,12 +10,12 @@ from contrastive_bert.losses.acl_embed import ACLEmbedLoss
 
 __all__ = ["ACL_METHODS", "acl_loss_for_method", "train_label_classifier"]
 
-# The ablation of issue 4: CE only, CE + plain SupCon, ACL-Embed, ACL-Embed + ACL-Grad.
+# The ablation: CE only, CE + plain SupCon (Gunel et al.), ACL-Embed, ACL-Embed + ACL-Grad.
 ACL_METHODS: dict[str, dict[str, Any]] = {
     "ce": {"mode": "ce", "gradient_gating": False},
     "supcon": {"mode": "supcon", "gradient_gating": False},
-    "acl": {"mode": "acl", "gradient_gating": False},
-    "acl_grad": {"mode": "acl", "gradient_gating": True},
+    "acl_embed": {"mode": "acl", "gradient_gating": False},
+    "acl_embed_grad": {"mode": "acl", "gradient_gating": True},
 }
 
 

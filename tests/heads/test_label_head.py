@@ -104,3 +104,46 @@ def test_bad_input_errors(tiny_model):
         predict_proba(tiny_model, [])
     with pytest.raises(ValueError, match="texts"):
         predict(tiny_model, "a single string")
+
+
+# ----------------------------------------------------------------------------- encoded label head
+
+
+def test_encoded_head_adds_a_new_label_by_name_without_retraining(tiny_model):
+    from contrastive_bert.heads.encoded_label import EncodedLabelClassifier, attach_encoded_label_head
+
+    template = "This text is about {}."
+    names = ["card", "top up"]
+    expected = tiny_model.encode([template.format(n) for n in names], convert_to_tensor=True)
+    head = attach_encoded_label_head(tiny_model, names, label_template=template)
+    assert isinstance(head, EncodedLabelClassifier) and list(head.parameters()) == []
+    assert torch.equal(head.weight, expected)
+    before = {n: p.detach().clone() for n, p in tiny_model.named_parameters()}
+    add_labels_from_names(tiny_model, ["refund"])  # the head's own template
+    assert head.label_names == ["card", "top up", "refund"]
+    assert torch.equal(head.weight[2:], tiny_model.encode([template.format("refund")], convert_to_tensor=True))
+    assert all(torch.equal(p, before[n]) for n, p in tiny_model.named_parameters())
+    assert list(head.parameters()) == []
+    assert predict(tiny_model, [template.format("refund")]) == ["refund"]
+    with pytest.raises(ValueError, match="template: the head encodes its labels through"):
+        add_labels_from_names(tiny_model, ["fees"], template="{}")
+    with pytest.raises(ValueError, match="label_template"):
+        EncodedLabelClassifier(4, ["a", "b"], label_template="no slot")
+    with pytest.raises(ValueError, match="not an EncodedLabelClassifier"):
+        attach_encoded_label_head(tiny_model, ["x", "y"])
+
+
+def test_encoded_head_saves_and_loads_with_the_model(tiny_model, tmp_path):
+    from contrastive_bert.heads.encoded_label import EncodedLabelClassifier, attach_encoded_label_head
+
+    head = attach_encoded_label_head(tiny_model, ["card", "top up", "transfer"], label_template="{} issue")
+    before = predict_proba(tiny_model, TEXTS)
+    tiny_model.save(str(tmp_path / "m"))
+    reloaded = load_model_with_head(str(tmp_path / "m"), device="cpu")
+    loaded = find_label_head(reloaded)
+    assert isinstance(loaded, EncodedLabelClassifier) and loaded.label_template == "{} issue"
+    assert torch.equal(loaded.weight, head.weight)
+    np.testing.assert_allclose(predict_proba(reloaded, TEXTS), before, rtol=1e-5, atol=1e-6)
+    loaded.weight.zero_()
+    loaded.refresh(reloaded)  # re-encoding the names gives the same rows back
+    torch.testing.assert_close(loaded.weight, head.weight, rtol=1e-5, atol=1e-6)

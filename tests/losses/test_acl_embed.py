@@ -343,9 +343,177 @@ def test_trainer_callbacks_only_with_gating(tiny_model):
 def test_acl_methods_configure_the_ablation(tiny_model):
     from contrastive_bert.training.acl import ACL_METHODS, acl_loss_for_method
 
-    assert set(ACL_METHODS) == {"ce", "supcon", "acl", "acl_grad"}
-    loss = acl_loss_for_method(tiny_model, LABELS, "acl_grad", contrastive_weight=0.1)
+    assert set(ACL_METHODS) == {"ce", "supcon", "acl_embed", "acl_embed_grad"}
+    loss = acl_loss_for_method(tiny_model, LABELS, "acl_embed_grad", contrastive_weight=0.1)
     assert (loss.mode, loss.gradient_gating, loss.contrastive_weight) == ("acl", True, 0.1)
     assert acl_loss_for_method(tiny_model, LABELS, "supcon").mode == "supcon"
     with pytest.raises(ValueError, match="method"):
         acl_loss_for_method(tiny_model, LABELS, "scl")
+
+
+# ----------------------------------------------------------------------------- lambda 0, cheaper ACL-Grad, options
+
+
+def test_lambda_zero_equals_cross_entropy_exactly(tiny_model):
+    import copy
+
+    attach_label_head(tiny_model, LABELS)
+    reference = copy.deepcopy(tiny_model)
+    start = copy.deepcopy(tiny_model)
+    tiny_model.eval()
+    reference.eval()
+    loss = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.0, gradient_gating=True)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (tiny_model, reference)]
+    y = torch.tensor(Y)
+    for _ in range(3):
+        for model, optimizer in zip((tiny_model, reference), optimizers):
+            optimizer.zero_grad()
+            if model is tiny_model:
+                parts = loss(_features(model), y)
+                assert set(parts) == {"ce"}
+                value = torch.stack(list(parts.values())).sum()
+            else:  # plain cross-entropy on the head's cosine logits
+                value = F.cross_entropy(model(_features(model)[0])["logits"].float(), y)
+            value.backward()
+            optimizer.step()
+    for (name, a), (_, b), (_, c) in zip(tiny_model.named_parameters(), reference.named_parameters(), start.named_parameters()):
+        assert torch.equal(a, b), name
+    assert any(not torch.equal(a, c) for a, c in zip(tiny_model.parameters(), start.parameters()))
+    assert loss.angle_history == []
+
+
+def _hand_angle(model, ce, contrastive, names) -> float:
+    """Angle (degrees) between grad(CE) and grad(SupCon) over the named parameters, by hand."""
+    params = dict(model.named_parameters())
+    chosen = [params[n] for n in names]
+    g_ce = torch.autograd.grad(ce, chosen, retain_graph=True, allow_unused=True)
+    g_con = torch.autograd.grad(contrastive, chosen, allow_unused=True)
+    pairs = [(a.flatten().double(), b.flatten().double()) for a, b in zip(g_ce, g_con) if a is not None and b is not None]
+    a, b = torch.cat([x for x, _ in pairs]), torch.cat([y for _, y in pairs])
+    return math.degrees(math.acos(float(a @ b) / math.sqrt(float(a @ a) * float(b @ b))))
+
+
+@pytest.mark.parametrize("scope", ["all", "head_last_layer"])
+def test_estimated_gating_decides_on_the_hand_computed_angle(tiny_model, scope):
+    tiny_model.eval()
+    weight = 0.5
+    loss = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=weight, angle_parameters=scope, angle_every=2)
+    names = [n for n, p in tiny_model.named_parameters() if p.requires_grad]
+    if scope == "head_last_layer":  # the tiny BERT has layers 0 and 1; the head is module 2
+        names = [n for n in names if not n.startswith("0.") or ".layer.1." in n]
+        assert any(n.startswith("2.") for n in names) and len(names) < len(list(tiny_model.parameters()))
+    expected = _hand_angle(tiny_model, *loss.compute_terms(_features(tiny_model), torch.tensor(Y)), names)
+    grads_full, _ = _param_grads(tiny_model, ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=weight, gradient_gating=False))
+    grads_ce, _ = _param_grads(tiny_model, ACLEmbedLoss(tiny_model, LABELS, mode="ce"))
+
+    loss.angle_threshold = expected + 0.01  # kept
+    grads, parts = _param_grads(tiny_model, loss)
+    assert loss.angle_history[-1]["angle"] == pytest.approx(expected, abs=1e-3)
+    assert not loss.angle_history[-1]["gated"] and loss.angle_history[-1]["estimate"] == scope
+    _assert_same_grads(grads, grads_full)
+    assert parts["contrastive"].item() > 0
+
+    loss.angle_threshold = expected - 0.01  # angle_every=2: the second step keeps the first decision
+    grads, _ = _param_grads(tiny_model, loss)
+    assert len(loss.angle_history) == 1
+    _assert_same_grads(grads, grads_full)
+
+    grads, parts = _param_grads(tiny_model, loss)  # third step decides again: gated, CE's gradient exactly
+    assert len(loss.angle_history) == 2 and loss.angle_history[-1]["gated"]
+    _assert_same_grads(grads, grads_ce)
+    assert parts["contrastive"].item() > 0  # the logged value is still lambda x SupCon
+
+
+def test_audit_records_the_exact_angle_next_to_the_cheap_one(tiny_model):
+    tiny_model.eval()
+    exact = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.5)
+    _param_grads(tiny_model, exact)
+    exact_angle = exact.angle_history[-1]["angle"]
+    cheap = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.5, angle_parameters="head_last_layer",
+                         angle_audit_every=2, angle_threshold=exact_angle + 0.01)
+    for _ in range(3):
+        _param_grads(tiny_model, cheap)
+    audited = [e for e in cheap.angle_history if "exact_angle" in e]
+    assert [e["step"] for e in audited] == [0, 2]
+    assert audited[0]["exact_angle"] == pytest.approx(exact_angle, abs=1e-4) and audited[0]["exact_gated"] is False
+    assert cheap.angle_history[0]["angle"] != pytest.approx(exact_angle, abs=1e-3)  # a different estimate
+    assert cheap.audit_seconds > 0
+
+
+def test_check_options_without_a_model():
+    from contrastive_bert.training.losses_registry import get_loss_entry
+
+    ACLEmbedLoss.check_options({"temperature": 0.1, "label_embedding": "encoded", "angle_every": 5, "label_template": "about {}"})
+    bad = [
+        ({"temperature": 0}, "temperature"),
+        ({"contrastive_weight": -1}, "contrastive_weight"),
+        ({"label_embedding": "learned"}, "label_embedding"),
+        ({"label_template": "no slot"}, "label_template"),
+        ({"angle_parameters": "last"}, "angle_parameters"),
+        ({"angle_every": 0}, "angle_every"),
+        ({"angle_audit_every": -1}, "angle_audit_every"),
+        ({"gradient_gating": "yes"}, "gradient_gating"),
+        ({"angle_threshold": 181}, "angle_threshold"),
+    ]
+    for options, name in bad:
+        with pytest.raises(ValueError, match=rf"loss_options\.{name}:"):
+            ACLEmbedLoss.check_options(options)
+        with pytest.raises(ValueError, match=rf"loss_options\.{name}:"):
+            get_loss_entry("acl").check_options(options)
+    with pytest.raises(ValueError, match=r"loss_options\.angle_everyy: unknown"):
+        get_loss_entry("acl").check_options({"angle_everyy": 2})
+
+
+# ----------------------------------------------------------------------------- encoded label embeddings
+
+
+def test_encoded_labels_are_the_encoder_embeddings_of_the_names_with_graph(tiny_model):
+    from contrastive_bert.heads.encoded_label import EncodedLabelClassifier, encode_label_texts
+
+    tiny_model.eval()
+    loss = ACLEmbedLoss(tiny_model, LABELS, label_embedding="encoded", label_template="about {}",
+                        contrastive_weight=0.5, gradient_gating=False)
+    assert isinstance(loss.head, EncodedLabelClassifier) and list(loss.head.parameters()) == []
+    y = torch.tensor(Y)
+    ce, contrastive = loss.compute_terms(_features(tiny_model), y)
+    h = tiny_model(_features(tiny_model)[0])["sentence_embedding"]
+    rows = encode_label_texts(tiny_model, [f"about {name}" for name in LABELS])
+    expected_ce = F.cross_entropy(20.0 * F.normalize(h, dim=-1) @ F.normalize(rows, dim=-1).T, y)
+    assert ce.item() == pytest.approx(expected_ce.item(), rel=1e-5)
+    expected_con = _reference_supcon(torch.cat([h, rows]).detach(), Y + [0, 1, 2], 0.5)
+    assert contrastive.item() == pytest.approx(expected_con, rel=1e-5)
+    # the label rows carry gradient into the encoder: CE's gradient differs from CE on detached rows
+    params = [p for p in tiny_model.parameters() if p.requires_grad]
+    with_rows = torch.autograd.grad(ce, params, allow_unused=True)
+    detached = F.cross_entropy(20.0 * F.normalize(h, dim=-1) @ F.normalize(rows.detach(), dim=-1).T, y)
+    without_rows = torch.autograd.grad(detached, params, allow_unused=True)
+    assert any(a is not None and not torch.allclose(a, b) for a, b in zip(with_rows, without_rows))
+    torch.testing.assert_close(loss.head.weight, rows.detach())  # the stored rows follow the encoder
+
+
+def test_encoded_head_training_then_a_new_label_by_name(tiny_model, tmp_path):
+    from contrastive_bert.heads.encoded_label import EncodedLabelClassifier
+    from contrastive_bert.heads.label_embedding import add_labels_from_names, load_model_with_head, predict
+    from contrastive_bert.training.acl import train_label_classifier
+    from contrastive_bert.training.recipe import TrainingRecipe
+
+    dataset = _toy_dataset()
+    recipe = TrainingRecipe(datasets=["toy"], epochs=4, batch_size=12, learning_rate=2e-3, seed=0, max_seq_length=16,
+                            logging_steps=2, save_steps=10**6, eval_steps=10**6, dev_task=None, eval_tasks=[])
+    trainer, loss = train_label_classifier(tiny_model, dataset, LABELS, "acl_embed", recipe, str(tmp_path / "out"),
+                                           label_embedding="encoded", label_template="{}", label_refresh_every=3,
+                                           contrastive_weight=0.1)
+    logs = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert logs[-1] < logs[0]
+    head = loss.head
+    # at the end of training the rows are the trained encoder's embeddings of the names
+    assert torch.equal(head.weight, tiny_model.encode(LABELS, convert_to_tensor=True))
+    accuracy = sum(LABELS.index(p) == y for p, y in zip(predict(tiny_model, list(dataset["text"])), dataset["label"])) / len(dataset)
+    assert accuracy > 0.6
+    tiny_model.save(str(tmp_path / "model"))
+    reloaded = load_model_with_head(str(tmp_path / "model"), device="cpu")
+    assert isinstance(find_label_head(reloaded), EncodedLabelClassifier)
+    add_labels_from_names(reloaded, ["iban swift"])
+    new_head = find_label_head(reloaded)
+    assert torch.equal(new_head.weight[3:], reloaded.encode(["iban swift"], convert_to_tensor=True))
+    assert predict(reloaded, ["iban swift"]) == ["iban swift"]
