@@ -25,12 +25,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from safetensors.torch import load_file as load_safetensors_file
 from sentence_transformers.base.modules import Module
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from contrastive_bert.heads.label_embedding import LabelEmbeddingClassifier
+from contrastive_bert.encoder import LayerwiseEncoder, transformer_module
+from contrastive_bert.heads.label_embedding import LabelEmbeddingClassifier, find_label_head
 from contrastive_bert.models import unwrap_model
 
 EXIT_HEAD_TYPES: tuple[str, ...] = ("linear", "mha")
@@ -261,21 +261,6 @@ class MultiExitHeads(Module):
         return heads
 
 
-def save_exit_heads(heads: MultiExitHeads, path: str | os.PathLike) -> None:
-    """Save exit heads alone (config + safetensors) into folder ``path``."""
-    os.makedirs(path, exist_ok=True)
-    heads.save(str(path))
-
-
-def load_exit_heads(path: str | os.PathLike, exit_layers: Sequence[int] | None = None) -> MultiExitHeads:
-    """Load exit heads saved by :func:`save_exit_heads`; ``exit_layers`` (if given) must match the saved heads."""
-    if not os.path.isfile(os.path.join(path, MultiExitHeads.config_file_name)):
-        raise ValueError(f"path: no saved exit heads in {path}")
-    heads = MultiExitHeads.load(str(path), local_files_only=True)
-    _check_expected_layers(heads, exit_layers)
-    return heads
-
-
 def _check_expected_layers(heads: MultiExitHeads, exit_layers: Sequence[int] | None) -> None:
     if exit_layers is None:
         return
@@ -285,23 +270,6 @@ def _check_expected_layers(heads: MultiExitHeads, exit_layers: Sequence[int] | N
             f"exit_layers: expected exit heads on layers {expected} ({len(expected)} heads), "
             f"the model has {len(heads.exit_layers)} heads on layers {heads.exit_layers}"
         )
-
-
-def transformer_module(model: nn.Module) -> nn.Module:
-    """The sentence-transformers ``Transformer`` module (first module) of ``model``."""
-    first = unwrap_model(model)[0]
-    if not hasattr(first, "auto_model"):
-        raise ValueError("model: the first module must be a sentence-transformers Transformer")
-    return first
-
-
-def encoder_num_layers(model: nn.Module) -> int:
-    """Number of transformer layers of the model's encoder."""
-    config = transformer_module(model).auto_model.config
-    num_layers = getattr(config, "num_hidden_layers", None)
-    if num_layers is None:
-        raise ValueError("model: cannot read num_hidden_layers from the encoder config")
-    return int(num_layers)
 
 
 def add_exit_heads(
@@ -315,8 +283,7 @@ def add_exit_heads(
     append it to ``model`` and return it. ``exit_layers`` are 1-based; default: every layer."""
     if find_exit_heads(model) is not None:
         raise ValueError("model: already has exit heads; use get_exit_heads(model)")
-    transformer = transformer_module(model)
-    hidden = transformer.auto_model.config.hidden_size
+    encoder = LayerwiseEncoder.from_model(model)
     pooling, normalize = "mean", False
     for module in list(model)[1:]:
         mode = getattr(module, "pooling_mode", None)
@@ -325,18 +292,16 @@ def add_exit_heads(
             pooling = "cls" if "cls" in mode else "mean"
         if type(module).__name__ == "Normalize":
             normalize = True
-    from contrastive_bert.heads.label_embedding import find_label_head
-
     kwargs.setdefault("pooling", pooling)
     kwargs.setdefault("normalize", normalize)
     label_head = find_label_head(model)
     if label_head is not None and list(label_head.label_names) == list(label_names):
         kwargs.setdefault("scale", label_head.scale)
         kwargs.setdefault("cosine", label_head.normalize)
-    heads = MultiExitHeads(hidden, label_names, encoder_num_layers(model), exit_layers, head_type, **kwargs)
+    heads = MultiExitHeads(encoder.hidden_size, label_names, encoder.num_layers, exit_layers, head_type, **kwargs)
     if label_head is not None and list(label_head.label_names) == heads.label_names:
         copy_label_head(heads, label_head)  # the trained final classifier becomes the final exit
-    device = next(transformer.parameters()).device
+    device = next(encoder.auto_model.parameters()).device
     unwrap_model(model).append(heads.to(device))
     return heads
 
@@ -347,17 +312,6 @@ def find_exit_heads(model: nn.Module) -> MultiExitHeads | None:
         if isinstance(module, MultiExitHeads):
             return module
     return None
-
-
-def remove_exit_heads(model: nn.Module) -> MultiExitHeads | None:
-    """Remove the exit heads from ``model`` (to attach others); returns the removed module or None."""
-    base = unwrap_model(model)
-    heads = find_exit_heads(base)
-    if heads is not None:
-        base._modules = type(base._modules)(
-            (str(i), module) for i, module in enumerate(m for m in base._modules.values() if m is not heads)
-        )
-    return heads
 
 
 @torch.no_grad()
@@ -393,7 +347,7 @@ def get_exit_heads(model: nn.Module, exit_layers: Sequence[int] | None = None) -
     heads = find_exit_heads(model)
     if heads is None:
         raise ValueError("model: has no exit heads; add them with add_exit_heads(model, label_names, ...)")
-    depth = encoder_num_layers(model)
+    depth = LayerwiseEncoder.from_model(model).num_layers
     if heads.num_layers != depth:
         raise ValueError(f"model: exit heads were built for {heads.num_layers} layers, the encoder has {depth}")
     _check_expected_layers(heads, exit_layers)
@@ -420,49 +374,16 @@ def exit_outputs(model: nn.Module, features: dict[str, Any]) -> dict[str, Any]:
         return model(features)
 
 
-EXIT_HEADS_FOLDER = "exit_heads"
-LABEL_HEAD_FOLDER = "label_head"
-
-
-def save_multi_exit_model(model: nn.Module, path: str | os.PathLike) -> None:
-    """Save ``model`` so that plain ``SentenceTransformer(path)`` loads the embedding model:
-    ``modules.json`` lists only the sentence-transformers modules; the exit heads go to
-    ``path/exit_heads`` and a label-embedding head (if any) to ``path/label_head``.
-    :func:`load_multi_exit_model` restores both."""
-    from contrastive_bert.heads.label_embedding import find_label_head
-
-    base = unwrap_model(model)
-    heads = get_exit_heads(base)
-    label_head = find_label_head(base)
-    original = base._modules
-    kept = [m for m in original.values() if m is not heads and m is not label_head]
-    base._modules = type(original)((str(i), module) for i, module in enumerate(kept))
-    try:
-        base.save(str(path))
-    finally:
-        base._modules = original
-    save_exit_heads(heads, os.path.join(path, EXIT_HEADS_FOLDER))
-    if label_head is not None:
-        os.makedirs(os.path.join(path, LABEL_HEAD_FOLDER), exist_ok=True)
-        label_head.save(os.path.join(path, LABEL_HEAD_FOLDER))
-
-
 def load_multi_exit_model(
     path: str | os.PathLike, exit_layers: Sequence[int] | None = None, device: str | None = None
 ) -> nn.Module:
-    """Load a model saved by :func:`save_multi_exit_model` (or by ``model.save`` with the heads as
-    modules) with its exit heads (and label head). ``exit_layers``: the expected exit layers
-    (ValueError when the saved heads differ)."""
-    from contrastive_bert.heads.label_embedding import find_label_head, load_model_with_head
+    """Load a model saved with ``model.save(path)`` whose modules include :class:`MultiExitHeads`
+    (no ``trust_remote_code`` needed, see :func:`contrastive_bert.models.load_model`).
+    ``exit_layers``: the expected exit layers (ValueError when the saved heads differ)."""
+    from contrastive_bert.models import load_model
 
     if not os.path.isdir(path):
         raise ValueError(f"path: {path} is not a folder")
-    model = load_model_with_head(str(path), device=device)
-    target = next(model.parameters()).device
-    label_dir = os.path.join(path, LABEL_HEAD_FOLDER)
-    if find_label_head(model) is None and os.path.isfile(os.path.join(label_dir, "config.json")):
-        model.append(LabelEmbeddingClassifier.load(label_dir, local_files_only=True).to(target))
-    if find_exit_heads(model) is None:
-        model.append(load_exit_heads(os.path.join(path, EXIT_HEADS_FOLDER)).to(target))
+    model = load_model(str(path), device=device)
     get_exit_heads(model, exit_layers)
     return model

@@ -9,9 +9,10 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    "ZeroShotClassifier": "contrastive_bert.inference.zero_shot",  # issue 4
-    "EarlyExitClassifier": "contrastive_bert.inference.early_exit",  # issue 5
-    "LayerwiseEncoder": "contrastive_bert.inference.early_exit",
+    "ZeroShotClassifier": "contrastive_bert.inference.zero_shot",
+    "EarlyExitClassifier": "contrastive_bert.inference.early_exit",
+    "ExitCriterion": "contrastive_bert.inference.exit_criteria",
+    "register_criterion": "contrastive_bert.inference.exit_criteria",
 }
 
 __all__ = list(_LAZY)

@@ -10,10 +10,15 @@ For every intermediate exit m (the student) and the final layer's exit M (the te
 - ``method="kd"``: CE(z^m, y) + w * T^2 KL(softmax(z^M / T) || softmax(z^m / T)) (logit KD).
 - ``method="ce"``: CE(z^m, y) only.
 
-The final exit is trained too when ``train_final=True`` (joint training): CE(z^M, y) +
-``final_contrastive_weight`` x ACL-Embed SupCon([h^M; l^M]). With ``train_final=False``
-(stage 2 of two-stage training, backbone and final exit frozen) only the students are trained.
-The teacher's outputs are detached in the distillation terms (``detach_teacher=True``).
+With ``freeze_backbone=True`` (the default: stage 2 of two-stage training) the loss freezes
+every parameter but the intermediate exits, and only the students are trained. With
+``freeze_backbone=False`` (joint training) the final exit is trained too: CE(z^M, y) +
+``final_contrastive_weight`` x ACL-Embed SupCon([h^M; l^M]). The teacher's outputs are detached
+in the distillation terms (``detach_teacher=True``).
+
+The loss attaches the exit heads itself when the model has none (``exit_layers``, ``exit_head``,
+``head_dim``), the final exit copying the model's trained label head, so a plain
+sentence-transformers script needs only ``loss = CrossLayerLoss(model, method="acl_cl", ...)``.
 
 sentence-transformers' :class:`~sentence_transformers.losses.AdaptiveLayerLoss` is the other
 baseline where it applies (one shared classifier on every layer, backbone trained):
@@ -22,6 +27,7 @@ baseline where it applies (one shared classifier on every layer, backbone traine
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -29,8 +35,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrastive_bert.heads.exits import MultiExitHeads, exit_outputs, get_exit_heads
-from contrastive_bert.losses.acl_embed import SUPCON_CITATION, ACLEmbedLoss, supervised_contrastive_loss
+from contrastive_bert.encoder import LayerwiseEncoder
+from contrastive_bert.heads.exits import EXIT_HEAD_TYPES, MultiExitHeads, add_exit_heads, exit_outputs, find_exit_heads
+from contrastive_bert.heads.label_embedding import find_label_head
+from contrastive_bert.losses.acl_embed import ACLEmbedLoss
+from contrastive_bert.losses.supcon import SUPCON_CITATION, check_labels, label_anchored_supcon
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CROSS_LAYER_METHODS", "CrossLayerLoss", "adaptive_layer_baseline", "cross_layer_contrastive_loss", "logit_kd_loss"]
 
 CROSS_LAYER_METHODS: tuple[str, ...] = ("ce", "kd", "acl_cl")
 
@@ -45,25 +58,9 @@ def cross_layer_contrastive_loss(
 ) -> Tensor:
     """ACL-CL: SupCon over [h_s (B, d); l_s (K, d); h_t (B, d); l_t (K, d)] with labels
     [y; 0..K-1; y; 0..K-1] (rows L2-normalised, temperature tau). Returns a scalar."""
-    if student_embeddings.shape != teacher_embeddings.shape:
-        raise ValueError(
-            f"teacher_embeddings: shape {tuple(teacher_embeddings.shape)} differs from the student's "
-            f"{tuple(student_embeddings.shape)}; student and teacher must share one embedding space"
-        )
-    if student_label_embeddings.shape != teacher_label_embeddings.shape:
-        raise ValueError(
-            f"teacher_label_embeddings: shape {tuple(teacher_label_embeddings.shape)} differs from the "
-            f"student's {tuple(student_label_embeddings.shape)}"
-        )
-    num_labels = student_label_embeddings.shape[0]
-    anchors = torch.arange(num_labels, device=labels.device, dtype=labels.dtype)
-    rows = torch.cat(
-        [student_embeddings, student_label_embeddings.to(student_embeddings.dtype),
-         teacher_embeddings.to(student_embeddings.dtype), teacher_label_embeddings.to(student_embeddings.dtype)],
-        dim=0,
+    return label_anchored_supcon(
+        [student_embeddings, teacher_embeddings], labels, [student_label_embeddings, teacher_label_embeddings], temperature
     )
-    row_labels = torch.cat([labels, anchors, labels, anchors], dim=0)
-    return supervised_contrastive_loss(rows, row_labels, temperature)
 
 
 def logit_kd_loss(student_logits: Tensor, teacher_logits: Tensor, temperature: float = 2.0) -> Tensor:
@@ -75,19 +72,35 @@ def logit_kd_loss(student_logits: Tensor, teacher_logits: Tensor, temperature: f
     return F.kl_div(log_student, log_teacher, reduction="batchmean", log_target=True) * temperature**2
 
 
+def _number(options: Mapping[str, Any], name: str, expected: str, valid, integer: bool = False) -> None:
+    if name not in options:
+        return
+    value = options[name]
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not valid(value):
+        raise ValueError(f"loss_options.{name}: expected {expected}, got {value!r}")
+
+
 class CrossLayerLoss(nn.Module):
-    """Loss over all exits of a model carrying :class:`MultiExitHeads` (ST loss contract).
+    """Loss over all exits of a multi-exit model (sentence-transformers loss contract).
 
     Args:
-        model: SentenceTransformer with exit heads (``add_exit_heads``).
+        model: SentenceTransformer; exit heads are attached when it has none.
         method: ``"acl_cl"``, ``"kd"`` or ``"ce"`` for the intermediate exits.
-        distill_weight: w, the weight of the ACL-CL / KD term of each student.
+        exit_layers: 1-based layers below the last one that get an exit (default: all of them);
+            the last layer's exit is always the final classifier.
+        exit_head: ``"linear"`` or ``"mha"`` (the intermediate exits' type).
+        head_dim: d_e of the MHA exits (a multiple of ``num_heads``).
         temperature: SupCon temperature tau (ACL-CL and the final exit's ACL-Embed term).
+        weight: w, the weight of the ACL-CL / KD term of each student.
         kd_temperature: T of logit KD.
-        train_final: also train the final exit (joint training); False for stage 2.
-        final_contrastive_weight: lambda of the final exit's ACL-Embed term (0 = CE only).
+        freeze_backbone: freeze all but the intermediate exits (two-stage training, stage 2);
+            False trains the backbone and the final exit too (joint training).
+        final_contrastive_weight: lambda of the final exit's ACL-Embed term (joint training; 0 = CE only).
         exit_weights: optional {layer: weight} for the students (default 1 each).
         detach_teacher: stop gradients through the teacher in the distillation terms.
+        label_names: class names when the model has no label head (joint training from scratch).
+        num_heads: attention heads of the MHA exits.
 
     Input: one text column, labels (B,) ints in [0, K). Returns a dict of named parts
     (``final``, ``exit_ce``, ``distill``) that the trainer sums and logs.
@@ -97,53 +110,122 @@ class CrossLayerLoss(nn.Module):
         self,
         model: nn.Module,
         method: str = "acl_cl",
-        distill_weight: float = 1.0,
+        exit_layers: Sequence[int] | None = None,
+        exit_head: str = "linear",
+        head_dim: int = 64,
         temperature: float = 0.5,
+        weight: float = 1.0,
         kd_temperature: float = 2.0,
-        train_final: bool = True,
+        freeze_backbone: bool = True,
         final_contrastive_weight: float = 0.02,
         exit_weights: Mapping[int, float] | None = None,
         detach_teacher: bool = True,
+        label_names: Sequence[str] | None = None,
+        num_heads: int = 4,
     ) -> None:
         super().__init__()
-        if method not in CROSS_LAYER_METHODS:
-            raise ValueError(f"method: expected one of {CROSS_LAYER_METHODS}, got {method!r}")
-        for name, value in (("distill_weight", distill_weight), ("final_contrastive_weight", final_contrastive_weight)):
-            if not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name}: must be >= 0, got {value!r}")
-        if not isinstance(temperature, (int, float)) or not temperature > 0:
-            raise ValueError(f"temperature: must be > 0, got {temperature!r}")
-        if not isinstance(kd_temperature, (int, float)) or not kd_temperature > 0:
-            raise ValueError(f"kd_temperature: must be > 0, got {kd_temperature!r}")
+        self.check_options({
+            "method": method, "exit_layers": exit_layers, "exit_head": exit_head, "head_dim": head_dim,
+            "temperature": temperature, "weight": weight, "kd_temperature": kd_temperature,
+            "freeze_backbone": freeze_backbone, "final_contrastive_weight": final_contrastive_weight,
+            "detach_teacher": detach_teacher, "num_heads": num_heads,
+        })
         self.model = model
-        heads = get_exit_heads(model)
+        heads = self._attach_heads(model, exit_layers, exit_head, head_dim, num_heads, label_names, freeze_backbone)
         weights = {m: 1.0 for m in heads.intermediate_layers}
-        for layer, weight in (exit_weights or {}).items():
+        for layer, value in (exit_weights or {}).items():
             if layer not in weights:
                 raise ValueError(f"exit_weights: layer {layer} is not an intermediate exit {heads.intermediate_layers}")
-            weights[layer] = float(weight)
+            weights[layer] = float(value)
         self.exit_weights = weights
         self.method = method
-        self.distill_weight = float(distill_weight)
+        self.weight = float(weight)
         self.temperature = float(temperature)
         self.kd_temperature = float(kd_temperature)
-        self.train_final = bool(train_final)
+        self.freeze_backbone = bool(freeze_backbone)
         self.final_contrastive_weight = float(final_contrastive_weight)
         self.detach_teacher = bool(detach_teacher)
+        if self.freeze_backbone:
+            self._freeze_all_but_students(heads)
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """Value checks of loss options (a recipe's ``loss_options``) without a model; the exit
+        layers are checked against the model's depth when the loss is built."""
+        if "method" in options and options["method"] not in CROSS_LAYER_METHODS:
+            raise ValueError(f"loss_options.method: expected one of {', '.join(CROSS_LAYER_METHODS)}, got {options['method']!r}")
+        if "exit_head" in options and options["exit_head"] not in EXIT_HEAD_TYPES:
+            raise ValueError(f"loss_options.exit_head: expected one of {', '.join(EXIT_HEAD_TYPES)}, got {options['exit_head']!r}")
+        layers = options.get("exit_layers")
+        if layers is not None:
+            if isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence) or not layers or any(
+                isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in layers
+            ):
+                raise ValueError(f"loss_options.exit_layers: expected a non-empty list of layer numbers >= 1, got {layers!r}")
+            if len(set(layers)) != len(layers):
+                raise ValueError(f"loss_options.exit_layers: a layer is listed twice in {list(layers)}")
+        _number(options, "head_dim", "a positive integer", lambda v: v >= 1, integer=True)
+        _number(options, "num_heads", "a positive integer", lambda v: v >= 1, integer=True)
+        num_heads = options.get("num_heads", 4)
+        if "head_dim" in options and options["head_dim"] % num_heads:
+            raise ValueError(f"loss_options.head_dim: expected a multiple of num_heads={num_heads}, got {options['head_dim']!r}")
+        for name in ("temperature", "kd_temperature"):
+            _number(options, name, "a positive number", lambda v: v > 0)
+        for name in ("weight", "final_contrastive_weight"):
+            _number(options, name, "a number >= 0", lambda v: v >= 0)
+        for name in ("freeze_backbone", "detach_teacher"):
+            if name in options and not isinstance(options[name], bool):
+                raise ValueError(f"loss_options.{name}: expected true or false, got {options[name]!r}")
+
+    @staticmethod
+    def check_exit_layers(exit_layers: Sequence[int] | None, num_layers: int) -> None:
+        """Exit layers must lie below the last layer (whose exit is the final classifier)."""
+        if exit_layers is None:
+            return
+        if num_layers in exit_layers:
+            raise ValueError(
+                f"loss_options.exit_layers: layer {num_layers} is the last layer, whose exit is the final classifier "
+                f"(it would be there twice); list layers in [1, {num_layers - 1}]"
+            )
+        bad = [m for m in exit_layers if not 1 <= m < num_layers]
+        if bad:
+            raise ValueError(f"loss_options.exit_layers: layers {bad} are out of range; the encoder has {num_layers} layers, exits go on [1, {num_layers - 1}]")
+
+    def _attach_heads(self, model, exit_layers, exit_head, head_dim, num_heads, label_names, freeze_backbone) -> MultiExitHeads:
+        heads = find_exit_heads(model)
+        num_layers = LayerwiseEncoder.from_model(model).num_layers
+        self.check_exit_layers(exit_layers, num_layers)
+        if heads is not None and exit_layers is None:
+            return heads
+        if heads is not None:
+            expected = sorted(set(exit_layers) | {num_layers})
+            if expected != heads.exit_layers:
+                raise ValueError(f"exit_layers: the model's exit heads are on layers {heads.exit_layers}, expected {expected}")
+            return heads
+        label_head = find_label_head(model)
+        if label_head is None and (freeze_backbone or label_names is None):
+            raise ValueError(
+                "model: has no classifier (label head) for the final exit; train one first (e.g. a stage with loss "
+                "'acl') or pass label_names with freeze_backbone=false"
+            )
+        names = list(label_names) if label_names is not None else list(label_head.label_names)
+        layers = list(exit_layers) if exit_layers is not None else list(range(1, num_layers))
+        return add_exit_heads(model, names, exit_layers=layers, head_type=exit_head, exit_dim=head_dim, num_heads=num_heads)
+
+    def _freeze_all_but_students(self, heads: MultiExitHeads) -> None:
+        """requires_grad only on the intermediate exits (the optimizer then skips the rest)."""
+        trainable = {id(p) for m in heads.intermediate_layers for p in heads.exit(m).parameters()}
+        if not trainable:
+            raise ValueError("exit_layers: no intermediate exits to train with a frozen backbone")
+        for param in self.model.parameters():
+            param.requires_grad_(id(param) in trainable)
 
     @property
     def heads(self) -> MultiExitHeads:
-        return get_exit_heads(self.model)
-
-    def _check_labels(self, labels: Tensor | None, num_labels: int) -> Tensor:
-        if labels is None:
-            raise ValueError("labels: CrossLayerLoss needs integer class labels, got None")
-        labels = torch.as_tensor(labels)
-        if labels.dim() != 1 or labels.dtype.is_floating_point or labels.dtype == torch.bool:
-            raise ValueError(f"labels: expected a 1-D integer tensor, got {labels.dtype} {tuple(labels.shape)}")
-        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_labels):
-            raise ValueError(f"labels: values must be in [0, {num_labels}), got min {int(labels.min())} max {int(labels.max())}")
-        return labels
+        heads = find_exit_heads(self.model)
+        if heads is None:
+            raise ValueError("model: the exit heads were removed from the model")
+        return heads
 
     def compute_loss_from_outputs(
         self, exit_embeddings: Mapping[int, Tensor], exit_logits: Mapping[int, Tensor], labels: Tensor
@@ -151,46 +233,40 @@ class CrossLayerLoss(nn.Module):
         """Loss parts from exit embeddings {layer: (B, d)} and logits {layer: (B, K)}."""
         heads = self.heads
         final = heads.num_layers
-        labels = self._check_labels(labels, len(heads.label_names)).to(exit_logits[final].device)
+        labels = check_labels(labels, len(heads.label_names), "CrossLayerLoss").to(exit_logits[final].device)
         teacher_embeddings, teacher_logits = exit_embeddings[final], exit_logits[final]
         teacher_labels = heads.final_exit.classifier.label_embeddings(normalized=True)
         parts: dict[str, Tensor] = {}
-        if self.train_final:
+        if not self.freeze_backbone:
             loss = F.cross_entropy(teacher_logits.float(), labels)
             if self.final_contrastive_weight > 0:
-                anchors = torch.arange(teacher_labels.shape[0], device=labels.device, dtype=labels.dtype)
-                rows = torch.cat([teacher_embeddings, teacher_labels.to(teacher_embeddings.dtype)], dim=0)
-                loss = loss + self.final_contrastive_weight * supervised_contrastive_loss(
-                    rows, torch.cat([labels, anchors]), self.temperature
+                loss = loss + self.final_contrastive_weight * label_anchored_supcon(
+                    teacher_embeddings, labels, teacher_labels, self.temperature
                 )
             parts["final"] = loss
-        if self.detach_teacher or not self.train_final:
+        if self.detach_teacher or self.freeze_backbone:
             teacher_embeddings, teacher_logits = teacher_embeddings.detach(), teacher_logits.detach()
             teacher_labels = teacher_labels.detach()
         exit_ce = teacher_logits.new_zeros(())
         distill = teacher_logits.new_zeros(())
-        for layer, weight in self.exit_weights.items():
-            exit_ce = exit_ce + weight * F.cross_entropy(exit_logits[layer].float(), labels)
-            if self.method == "ce" or self.distill_weight == 0:
+        for layer, layer_weight in self.exit_weights.items():
+            exit_ce = exit_ce + layer_weight * F.cross_entropy(exit_logits[layer].float(), labels)
+            if self.method == "ce" or self.weight == 0:
                 continue
             if self.method == "kd":
                 term = logit_kd_loss(exit_logits[layer], teacher_logits, self.kd_temperature)
             else:
                 term = cross_layer_contrastive_loss(
-                    exit_embeddings[layer],
-                    heads.exit(layer).classifier.label_embeddings(normalized=True),
-                    teacher_embeddings,
-                    teacher_labels,
-                    labels,
-                    self.temperature,
+                    exit_embeddings[layer], heads.exit(layer).classifier.label_embeddings(normalized=True),
+                    teacher_embeddings, teacher_labels, labels, self.temperature,
                 )
-            distill = distill + weight * self.distill_weight * term
+            distill = distill + layer_weight * self.weight * term
         if self.exit_weights:
             parts["exit_ce"] = exit_ce
             if self.method != "ce":
                 parts["distill"] = distill
         if not parts:
-            raise ValueError("train_final: nothing to train (train_final=False and no intermediate exits)")
+            raise ValueError("freeze_backbone: nothing to train (a frozen backbone and no intermediate exits)")
         return parts
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor) -> dict[str, Tensor]:
@@ -201,12 +277,16 @@ class CrossLayerLoss(nn.Module):
         return self.compute_loss_from_outputs(output["exit_embeddings"], output["exit_logits"], labels)
 
     def get_config_dict(self) -> dict[str, Any]:
+        heads = self.heads
         return {
             "method": self.method,
-            "distill_weight": self.distill_weight,
+            "exit_layers": heads.intermediate_layers,
+            "exit_head": heads.head_type,
+            "head_dim": heads.exit_dim,
             "temperature": self.temperature,
+            "weight": self.weight,
             "kd_temperature": self.kd_temperature,
-            "train_final": self.train_final,
+            "freeze_backbone": self.freeze_backbone,
             "final_contrastive_weight": self.final_contrastive_weight,
             "exit_weights": self.exit_weights,
             "detach_teacher": self.detach_teacher,
@@ -215,6 +295,12 @@ class CrossLayerLoss(nn.Module):
     @property
     def citation(self) -> str:
         return SUPCON_CITATION
+
+
+def build_cross_layer_loss(model: nn.Module, train_dataset: Any = None, **options: Any) -> CrossLayerLoss:
+    """The registry's ``cross_layer``: ``CrossLayerLoss(model, **options)``; the label names come
+    from the model's label head (stage 1)."""
+    return CrossLayerLoss(model, **options)
 
 
 class SummedLoss(nn.Module):

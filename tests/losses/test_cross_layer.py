@@ -10,8 +10,14 @@ import torch
 import torch.nn.functional as F
 
 from contrastive_bert.heads.exits import add_exit_heads, exit_outputs, get_exit_heads
-from contrastive_bert.losses import CrossLayerLoss, cross_layer_contrastive_loss, logit_kd_loss
-from contrastive_bert.losses.acl_embed import supervised_contrastive_loss
+from contrastive_bert.losses.cross_layer import (
+    CrossLayerLoss,
+    adaptive_layer_baseline,
+    cross_layer_contrastive_loss,
+    logit_kd_loss,
+)
+from contrastive_bert.heads.label_embedding import LabelEmbeddingClassifier
+from contrastive_bert.losses.supcon import supervised_contrastive_loss
 
 LABELS = ["a", "b", "c"]
 TEXTS = ["the card never arrived", "how do I top up", "great service thanks", "my pin is blocked",
@@ -48,7 +54,7 @@ def test_cross_layer_contrastive_is_supcon_of_augmented_batch():
     k = torch.arange(3)
     expected = supervised_contrastive_loss(torch.cat([s, ls, t, lt]), torch.cat([y, k, y, k]), 0.5)
     torch.testing.assert_close(cross_layer_contrastive_loss(s, ls, t, lt, y, 0.5), expected)
-    with pytest.raises(ValueError, match="teacher_embeddings"):
+    with pytest.raises(ValueError, match="embeddings"):
         cross_layer_contrastive_loss(s, ls, t[:, :2], lt, y)
 
 
@@ -77,7 +83,7 @@ def test_loss_parts_match_definitions(tiny4, method):
     labels = torch.tensor([0, 1, 2, 0, 1, 2])
     out = _outputs(tiny4)
     emb, logits = out["exit_embeddings"], out["exit_logits"]
-    loss = CrossLayerLoss(tiny4, method=method, distill_weight=0.7, final_contrastive_weight=0.1)
+    loss = CrossLayerLoss(tiny4, method=method, weight=0.7, final_contrastive_weight=0.1, freeze_backbone=False)
     parts = loss.compute_loss_from_outputs(emb, logits, labels)
     l_final = heads.final_exit.classifier.label_embeddings(normalized=True)
     final = F.cross_entropy(logits[4], labels) + 0.1 * supervised_contrastive_loss(
@@ -103,7 +109,7 @@ def test_teacher_detached_in_distillation(tiny4):
     add_exit_heads(tiny4, LABELS, exit_layers=[1])
     labels = torch.tensor([0, 1, 2, 0, 1, 2])
     out = _outputs(tiny4)
-    loss = CrossLayerLoss(tiny4, method="acl_cl")
+    loss = CrossLayerLoss(tiny4, method="acl_cl", freeze_backbone=False)
     parts = loss.compute_loss_from_outputs(out["exit_embeddings"], out["exit_logits"], labels)
     final_weight = get_exit_heads(tiny4).final_exit.classifier.weight
     grad = torch.autograd.grad(parts["distill"], final_weight, allow_unused=True)[0]
@@ -112,76 +118,89 @@ def test_teacher_detached_in_distillation(tiny4):
     assert torch.count_nonzero(torch.autograd.grad(parts["distill"], student_weight)[0]) > 0
 
 
-def test_stage2_trains_only_intermediate_exits(tiny4):
+def _recipe(steps: int, batch_size: int, learning_rate: float):
+    from contrastive_bert.training.recipe import TrainingRecipe
+
+    return TrainingRecipe(max_steps=steps, batch_size=batch_size, learning_rate=learning_rate, dev_task=None,
+                          eval_tasks=[], save_steps=1000, logging_steps=1000, warmup_ratio=0.0)
+
+
+def test_stage2_trains_only_intermediate_exits(tiny4, tmp_path):
     from datasets import Dataset
 
-    from contrastive_bert.training.multi_exit import freeze_for_stage2, train_with_trainer
+    from contrastive_bert.training.runner import fit
 
-    heads = add_exit_heads(tiny4, LABELS, exit_layers=[1, 2], head_type="linear")
-    before = {name: p.detach().clone() for name, p in tiny4.named_parameters()}
-    trainable = freeze_for_stage2(tiny4)
+    tiny4.append(LabelEmbeddingClassifier(32, LABELS))
+    loss = CrossLayerLoss(tiny4, method="acl_cl", exit_layers=[1, 2], exit_head="linear")  # attaches the exits
+    heads = get_exit_heads(tiny4)
+    assert heads.exit_layers == [1, 2, 4]
+    torch.testing.assert_close(heads.final_exit.classifier.weight, tiny4[2].weight)  # the trained classifier
+    trainable = {name for name, p in tiny4.named_parameters() if p.requires_grad}
     assert trainable and all(".exits.1." in n or ".exits.2." in n for n in trainable)
+    before = {name: p.detach().clone() for name, p in tiny4.named_parameters()}
     data = Dataset.from_dict({"text": TEXTS * 2, "label": [0, 1, 2] * 4})
-    loss = CrossLayerLoss(tiny4, method="acl_cl", train_final=False)
-    train_with_trainer(tiny4, data, loss, max_steps=2, batch_size=6, learning_rate=1e-2)
+    fit(tiny4, data, loss, _recipe(2, 6, 1e-2), str(tmp_path))
     for name, p in tiny4.named_parameters():
         if name not in trainable:
             assert torch.equal(p.detach(), before[name]), f"frozen parameter {name} changed"
     assert any(not torch.equal(p.detach(), before[n]) for n, p in tiny4.named_parameters() if n in trainable)
-    assert heads.exit_layers == [1, 2, 4]
 
 
-def test_joint_training_and_adaptive_layer_baseline_run(tiny4):
+def test_joint_training_and_adaptive_layer_baseline_run(tiny4, tmp_path):
     from datasets import Dataset
 
-    from contrastive_bert.losses.cross_layer import adaptive_layer_baseline
-    from contrastive_bert.training.multi_exit import train_with_trainer
+    from contrastive_bert.training.runner import fit
 
     data = Dataset.from_dict({"text": TEXTS * 2, "label": [0, 1, 2] * 4})
     baseline_model = copy.deepcopy(tiny4)
-    add_exit_heads(tiny4, LABELS, exit_layers=[2], head_type="mha")
+    loss = CrossLayerLoss(tiny4, method="kd", exit_layers=[2], exit_head="mha", freeze_backbone=False, label_names=LABELS)
     before = tiny4[0].auto_model.encoder.layer[0].output.dense.weight.detach().clone()
-    loss = CrossLayerLoss(tiny4, method="kd")
-    train_with_trainer(tiny4, data, loss, max_steps=2, batch_size=6, learning_rate=1e-3)
+    fit(tiny4, data, loss, _recipe(2, 6, 1e-3), str(tmp_path / "joint"))
     assert not torch.equal(before, tiny4[0].auto_model.encoder.layer[0].output.dense.weight)  # backbone trained
     adaptive = adaptive_layer_baseline(baseline_model, LABELS)
-    train_with_trainer(baseline_model, data, adaptive, max_steps=2, batch_size=6, learning_rate=1e-3)
+    fit(baseline_model, data, adaptive, _recipe(2, 6, 1e-3), str(tmp_path / "adaptive"))
 
 
-def test_cached_stage2_learns_and_cache_matches_hf(tiny4):
-    from contrastive_bert.training.multi_exit import LayerStateCache, evaluate_exits, train_stage2_on_cache
+def test_stage2_learns_through_the_trainer(tiny4, tmp_path):
+    from datasets import Dataset
+
+    from contrastive_bert.training.multi_exit import evaluate_exits
+    from contrastive_bert.training.runner import fit
 
     # the tiny fixture's tokenizer maps words to [UNK]: the class is told by the text length
     texts = [" ".join(["word"] * n) for _ in range(12) for n in (1, 4, 9)]
     labels = [0, 1, 2] * 12
-    cache = LayerStateCache(tiny4, texts, labels, layers=[1, 2, 3, 4], batch_size=8)
-    features = tiny4.preprocess(texts[:5])
-    tiny4.eval()
-    with torch.no_grad():
-        hf = tiny4[0].auto_model(input_ids=features["input_ids"], attention_mask=features["attention_mask"],
-                                 output_hidden_states=True).hidden_states
-    states, mask, _ = cache.batch(range(5))
-    torch.testing.assert_close(states[2] * mask[..., None], (hf[2] * features["attention_mask"][..., None])[:, : mask.shape[1]],
-                               atol=2e-3, rtol=2e-3)  # fp16 cache
-    heads = train_stage2_on_cache(tiny4, cache, LABELS, head_type="linear", method="acl_cl", exit_layers=[1, 2],
-                                  max_steps=60, batch_size=12, learning_rate=5e-2)
-    accuracy = evaluate_exits(heads, cache)
-    assert accuracy[2] > 60.0  # the length decides the class: the exit learns it (chance is 33%)
+    tiny4.append(LabelEmbeddingClassifier(32, LABELS))
+    loss = CrossLayerLoss(tiny4, method="acl_cl", exit_layers=[1, 2], exit_head="linear")
+    chance = evaluate_exits(tiny4, texts, labels)
+    fit(tiny4, Dataset.from_dict({"text": texts, "label": labels}), loss, _recipe(60, 12, 5e-2), str(tmp_path))
+    accuracy = evaluate_exits(tiny4, texts, labels)
+    assert accuracy[2] > 60.0 and accuracy[2] > chance[2]  # the exit learns the length (chance is 33%)
+    assert accuracy[4] == chance[4]  # the frozen final classifier did not move
 
 
-def test_bad_arguments(tiny4):
-    with pytest.raises(ValueError, match="model: has no exit heads"):
+def test_bad_options_and_arguments(tiny4):
+    check = CrossLayerLoss.check_options
+    for options, field in [({"method": "mse"}, "method"), ({"exit_head": "conv"}, "exit_head"),
+                           ({"exit_layers": [0, 2]}, "exit_layers"), ({"exit_layers": [2, 2]}, "exit_layers"),
+                           ({"exit_layers": "2"}, "exit_layers"), ({"head_dim": 30}, "head_dim"),
+                           ({"temperature": 0}, "temperature"), ({"weight": -1}, "weight"),
+                           ({"freeze_backbone": "yes"}, "freeze_backbone")]:
+        with pytest.raises(ValueError, match=f"^loss_options.{field}: "):
+            check(options)
+    check({"method": "kd", "exit_layers": [1, 2], "exit_head": "mha", "head_dim": 32, "temperature": 0.3, "weight": 0.5})
+    with pytest.raises(ValueError, match="model: has no classifier"):
         CrossLayerLoss(tiny4)
-    add_exit_heads(tiny4, LABELS, exit_layers=[1])
+    tiny4.append(LabelEmbeddingClassifier(32, LABELS))
+    with pytest.raises(ValueError, match="loss_options.exit_layers: layer 4 is the last layer"):
+        CrossLayerLoss(tiny4, exit_layers=[2, 4])
+    with pytest.raises(ValueError, match="loss_options.exit_layers: layers \\[5\\] are out of range"):
+        CrossLayerLoss(tiny4, exit_layers=[5])
     with pytest.raises(ValueError, match="method"):
         CrossLayerLoss(tiny4, method="mse")
-    with pytest.raises(ValueError, match="distill_weight"):
-        CrossLayerLoss(tiny4, distill_weight=-1)
-    with pytest.raises(ValueError, match="temperature"):
-        CrossLayerLoss(tiny4, temperature=0)
+    loss = CrossLayerLoss(tiny4, exit_layers=[1])
     with pytest.raises(ValueError, match="exit_weights"):
         CrossLayerLoss(tiny4, exit_weights={3: 1.0})
-    loss = CrossLayerLoss(tiny4)
     out = _outputs(tiny4)
     with pytest.raises(ValueError, match="labels"):
         loss.compute_loss_from_outputs(out["exit_embeddings"], out["exit_logits"], torch.tensor([0, 1, 2, 3, 0, 1]))

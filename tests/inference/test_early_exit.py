@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 
 import pytest
 import torch
 
-from contrastive_bert.heads.exits import add_exit_heads, exit_outputs, save_multi_exit_model
-from contrastive_bert.inference.early_exit import (
-    EarlyExitClassifier,
-    LayerwiseEncoder,
-    exit_decision,
-    sweep_thresholds,
-)
+from contrastive_bert.encoder import LayerwiseEncoder
+from contrastive_bert.heads.exits import add_exit_heads, exit_outputs
+from contrastive_bert.inference.early_exit import EarlyExitClassifier, sweep_thresholds
+from contrastive_bert.inference.exit_criteria import ExitCriterion, get_criterion, register_criterion
 
 LABELS = ["a", "b", "c"]
 # the tiny fixture's tokenizer maps words to [UNK]: lengths make the examples differ
@@ -51,11 +49,9 @@ def test_layerwise_encoder_equals_hf_hidden_states(multi_exit):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "criterion, threshold, patience", [("confidence", 1.0, 2), ("margin", 1.0, 2), ("patience", None, 5), ("none", None, 2)]
-)
-def test_no_early_exit_equals_full_model(multi_exit, criterion, threshold, patience):
-    classifier = EarlyExitClassifier(multi_exit, criterion, threshold, patience=patience, batch_size=5)
+@pytest.mark.parametrize("criterion, threshold", [("confidence", 1.0), ("margin", 1.0), ("patience", 5), ("none", None)])
+def test_no_early_exit_equals_full_model(multi_exit, criterion, threshold):
+    classifier = EarlyExitClassifier(multi_exit, criterion, threshold, batch_size=5)
     early = classifier.predict(TEXTS)
     full = classifier.predict_full(TEXTS)
     assert (early.exit_layers == 4).all() and early.avg_layers == 4.0
@@ -72,8 +68,7 @@ def test_no_early_exit_equals_full_model(multi_exit, criterion, threshold, patie
 def test_each_example_answered_by_its_exit(multi_exit, criterion, threshold):
     """With rows dropped and padding trimmed, each example's answer is the one its exit layer gives
     on the full (un-dropped) batch, and the criterion fired there and not before."""
-    kwargs = {"patience": threshold} if criterion == "patience" else {"threshold": threshold}
-    classifier = EarlyExitClassifier(multi_exit, criterion, batch_size=6, **kwargs)
+    classifier = EarlyExitClassifier(multi_exit, criterion, threshold, batch_size=6)
     result = classifier.predict(TEXTS)
     with torch.no_grad():
         logits = exit_outputs(multi_exit, multi_exit.preprocess(TEXTS))["exit_logits"]
@@ -82,8 +77,7 @@ def test_each_example_answered_by_its_exit(multi_exit, criterion, threshold):
     for i, layer in enumerate(result.exit_layers.tolist()):
         torch.testing.assert_close(torch.from_numpy(result.probabilities[i]), probs[layer][i], atol=1e-4, rtol=1e-4)
         for m in (1, 2, 3):
-            fired = bool(exit_decision(probs[m][i : i + 1], criterion, None if criterion == "patience" else threshold,
-                                       history[i : i + 1, :m], patience=threshold if criterion == "patience" else 2))
+            fired = bool(classifier.criterion.should_exit(probs[m][i : i + 1], history[i : i + 1, :m]))
             if m < layer:
                 assert not fired, (i, m, layer)
             elif m == layer:
@@ -127,13 +121,34 @@ def test_rows_shrink_layer_by_layer(multi_exit):
     assert sum(rows_per_layer.values()) == int(result.exit_layers.sum())
 
 
-def test_exit_decision_by_hand():
+def test_criteria_by_hand():
     probs = torch.tensor([[0.95, 0.03, 0.02], [0.5, 0.4, 0.1], [0.6, 0.2, 0.2]])
-    assert exit_decision(probs, "confidence", 0.9).tolist() == [True, False, False]
-    assert exit_decision(probs, "margin", 0.3).tolist() == [True, False, True]
     history = torch.tensor([[0, 0], [1, 0], [2, 2]])
-    assert exit_decision(probs, "patience", history=history, patience=2).tolist() == [True, False, True]
-    assert exit_decision(probs, "patience", history=history[:, :1], patience=2).tolist() == [False] * 3
+    assert get_criterion("confidence").threshold == 0.9
+    assert get_criterion("confidence").should_exit(probs, history).tolist() == [True, False, False]
+    assert get_criterion("margin", 0.3).should_exit(probs, history).tolist() == [True, False, True]
+    assert get_criterion("patience", 2).should_exit(probs, history).tolist() == [True, False, True]
+    assert get_criterion("patience", 2).should_exit(probs, history[:, :1]).tolist() == [False] * 3
+    assert get_criterion("none").should_exit(probs, history).tolist() == [False] * 3
+
+
+def test_user_criterion_registered_and_used(multi_exit):
+    class EntropyCriterion(ExitCriterion):
+        name = "test_entropy"
+        default_threshold = 0.5
+
+        def should_exit(self, probabilities, history):
+            entropy = -(probabilities * probabilities.clamp_min(1e-12).log()).sum(-1)
+            return entropy / math.log(probabilities.shape[1]) < self.threshold + 1e-6
+
+    register_criterion(EntropyCriterion)
+    from contrastive_bert.inference.exit_criteria import criterion_names
+
+    assert "test_entropy" in criterion_names()
+    never = EarlyExitClassifier(multi_exit, "test_entropy", 0.0, batch_size=4).predict(TEXTS)
+    always = EarlyExitClassifier(multi_exit, "test_entropy", 1.0, batch_size=4).predict(TEXTS)
+    assert (never.exit_layers == 4).all()  # no prediction is one-hot: normalised entropy > 0
+    assert (always.exit_layers == 1).all()  # normalised entropy <= 1 always
 
 
 def test_truncated_and_sweep(multi_exit):
@@ -162,7 +177,7 @@ def test_bad_input(multi_exit, tiny_model):
     with pytest.raises(ValueError, match="criterion"):
         EarlyExitClassifier(multi_exit, "entropy")
     with pytest.raises(ValueError, match="patience"):
-        EarlyExitClassifier(multi_exit, "patience", patience=0)
+        EarlyExitClassifier(multi_exit, "patience", 0)
     with pytest.raises(ValueError, match="model: has no exit heads"):
         EarlyExitClassifier(tiny_model)
     classifier = EarlyExitClassifier(multi_exit)
@@ -177,7 +192,7 @@ def test_bad_input(multi_exit, tiny_model):
 def test_cli_classify_and_sweep(multi_exit, tmp_path, capsys):
     from contrastive_bert.cli import build_cli, main
 
-    save_multi_exit_model(multi_exit, tmp_path / "model")
+    multi_exit.save(str(tmp_path / "model"))
     (tmp_path / "texts.txt").write_text("\n".join(TEXTS[:5]) + "\n")
     args = build_cli().parse_args(
         ["early-exit", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "texts.txt"),
@@ -197,7 +212,7 @@ def test_cli_classify_and_sweep(multi_exit, tmp_path, capsys):
 def test_cli_sweep_on_real_data(multi_exit, tmp_path, shared_data):
     from contrastive_bert.cli import build_cli
 
-    save_multi_exit_model(multi_exit, tmp_path / "model")
+    multi_exit.save(str(tmp_path / "model"))
     args = build_cli().parse_args(
         ["early-exit", "--model", str(tmp_path / "model"), "--sweep", "--dataset", "emotion", "--data-dir",
          str(shared_data), "--criterion", "confidence", "--thresholds", "0.5,1.0", "--max-examples", "40",

@@ -15,11 +15,7 @@ from contrastive_bert.heads.exits import (
     copy_label_head,
     exit_outputs,
     get_exit_heads,
-    load_exit_heads,
     load_multi_exit_model,
-    remove_exit_heads,
-    save_exit_heads,
-    save_multi_exit_model,
 )
 from contrastive_bert.heads.label_embedding import LabelEmbeddingClassifier
 
@@ -91,16 +87,17 @@ def test_linear_exit_mean_pooling_by_hand():
     torch.testing.assert_close(embedding, torch.tensor([[2.0, 3.0]]))
 
 
-def test_save_reload_equal_and_plain_sentence_transformer(tiny4, tmp_path):
+def test_save_reload_equal_and_sentence_transformer_loading(tiny4, tmp_path):
     from sentence_transformers import SentenceTransformer
 
     add_exit_heads(tiny4, LABELS, exit_layers=[1, 2], head_type="mha")
     tiny4.eval()
+    modules_before = list(tiny4._modules.items())
     expected = exit_outputs(tiny4, tiny4.preprocess(TEXTS))
-    save_multi_exit_model(tiny4, tmp_path / "m")
-    assert get_exit_heads(tiny4) is not None  # the in-memory model keeps its heads
+    tiny4.save(str(tmp_path / "m"))  # the exit heads are a module in modules.json like any other
+    assert list(tiny4._modules.items()) == modules_before
     modules = json.loads((tmp_path / "m" / "modules.json").read_text())
-    assert all(entry["type"].startswith("sentence_transformers.") for entry in modules)
+    assert modules[-1]["type"] == "contrastive_bert.heads.exits.MultiExitHeads"
 
     reloaded = load_multi_exit_model(tmp_path / "m", exit_layers=[1, 2])
     reloaded.eval()
@@ -108,23 +105,13 @@ def test_save_reload_equal_and_plain_sentence_transformer(tiny4, tmp_path):
     for layer in (1, 2, 4):
         torch.testing.assert_close(got["exit_logits"][layer], expected["exit_logits"][layer])
         torch.testing.assert_close(got["exit_embeddings"][layer], expected["exit_embeddings"][layer])
-    # SentenceTransformer(path) keeps working for plain embedding (no custom module to trust)
-    plain = SentenceTransformer(str(tmp_path / "m"), device="cpu", local_files_only=True)
+    # sentence-transformers itself loads it too (v6 imports non-ST module classes only when trusted):
+    # same embeddings, the exit heads carried along
+    plain = SentenceTransformer(str(tmp_path / "m"), device="cpu", local_files_only=True, trust_remote_code=True)
+    assert isinstance(plain[-1], MultiExitHeads)
     torch.testing.assert_close(
         plain.encode(TEXTS, convert_to_tensor=True), tiny4.encode(TEXTS, convert_to_tensor=True)
     )
-
-
-def test_model_save_with_heads_as_module(tiny4, tmp_path):
-    add_exit_heads(tiny4, LABELS, exit_layers=[2])
-    tiny4.eval()
-    expected = exit_outputs(tiny4, tiny4.preprocess(TEXTS))["exit_logits"]
-    tiny4.save(str(tmp_path / "m"))  # heads listed in modules.json as a module
-    reloaded = load_multi_exit_model(tmp_path / "m")
-    reloaded.eval()
-    got = exit_outputs(reloaded, reloaded.preprocess(TEXTS))["exit_logits"]
-    for layer in (2, 4):
-        torch.testing.assert_close(got[layer], expected[layer])
 
 
 def test_exit_layer_out_of_range(tiny4):
@@ -140,36 +127,31 @@ def test_exit_layer_out_of_range(tiny4):
 
 def test_head_count_mismatch_with_saved_model(tiny4, tmp_path):
     add_exit_heads(tiny4, LABELS, exit_layers=[1, 2, 3])
-    save_multi_exit_model(tiny4, tmp_path / "m")
+    tiny4.save(str(tmp_path / "m"))
     with pytest.raises(ValueError, match="exit_layers: expected exit heads on layers \\[1, 4\\]"):
         load_multi_exit_model(tmp_path / "m", exit_layers=[1])
     # weights that hold other heads than the config declares
-    heads = get_exit_heads(tiny4)
-    save_exit_heads(heads, tmp_path / "h")
-    config = json.loads((tmp_path / "h" / "config.json").read_text())
+    folder = next((tmp_path / "m").glob("*_MultiExitHeads"))
+    config = json.loads((folder / "config.json").read_text())
     config["exit_layers"] = [1, 2]
-    (tmp_path / "h" / "config.json").write_text(json.dumps(config))
+    (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="exit_layers: the saved weights hold exit heads on layers \\[1, 2, 3, 4\\]"):
-        load_exit_heads(tmp_path / "h")
+        load_multi_exit_model(tmp_path / "m")
     # heads built for another depth than the encoder
-    remove_exit_heads(tiny4)
+    del tiny4[len(tiny4) - 1]
     tiny4.append(MultiExitHeads(32, LABELS, num_layers=6))
     with pytest.raises(ValueError, match="built for 6 layers"):
         get_exit_heads(tiny4)
 
 
-def test_save_with_label_head_keeps_plain_loading(tiny4, tmp_path):
-    from sentence_transformers import SentenceTransformer
-
+def test_save_with_label_head(tiny4, tmp_path):
     from contrastive_bert.heads.label_embedding import find_label_head
 
     tiny4.append(LabelEmbeddingClassifier(32, LABELS))
     add_exit_heads(tiny4, LABELS, exit_layers=[2], head_type="mha")
     tiny4.eval()
     expected = exit_outputs(tiny4, tiny4.preprocess(TEXTS))
-    save_multi_exit_model(tiny4, tmp_path / "m")
-    plain = SentenceTransformer(str(tmp_path / "m"), device="cpu", local_files_only=True)
-    assert len(plain) == 2  # Transformer + Pooling only
+    tiny4.save(str(tmp_path / "m"))
     reloaded = load_multi_exit_model(tmp_path / "m").eval()
     got = exit_outputs(reloaded, reloaded.preprocess(TEXTS))
     torch.testing.assert_close(got["logits"], expected["logits"])
