@@ -6,7 +6,8 @@
 * :func:`false_negative_mask`: which candidates may serve as negatives for each anchor: not the
   anchor's or positive's own text/id, not scoring above ``positive_score - absolute_margin`` or
   ``positive_score - |positive_score| * relative_margin`` (as ``sentence_transformers.util.mine_hard_negatives``),
-  not above ``max_score``, and optionally not sharing the anchor's label.
+  not above ``max_score`` or ``perc_pos * positive_score`` (NV-Retriever's TopK-PercPos), and
+  optionally not sharing the anchor's label.
 * :class:`HardnessSchedule`: curriculum from easy to hard, as a rank offset into the filtered list.
 * :func:`mine_hard_negatives`: the three combined, returning ``(batch, k)`` queue indices.
 """
@@ -157,6 +158,7 @@ def false_negative_mask(
     absolute_margin: float | None = None,
     relative_margin: float | None = None,
     max_score: float | None = None,
+    perc_pos: float | None = None,
 ) -> Tensor:
     """Which candidates may be used as negatives (``True`` = keep).
 
@@ -165,8 +167,9 @@ def false_negative_mask(
     candidates (e.g. after a top-k search); anchor_ids, positive_ids, anchor_labels: ``(batch,)``.
     Unknown ids/labels (``NO_ID``/``NO_LABEL``) never match. A candidate is dropped when it shares
     the anchor's or positive's id, shares the anchor's label, or when
-    ``score > positive_score - absolute_margin``, ``score > positive_score - |positive_score| * relative_margin``
-    or ``score > max_score`` (each check only when its argument is not None).
+    ``score > positive_score - absolute_margin``, ``score > positive_score - |positive_score| * relative_margin``,
+    ``score > max_score`` or ``score > perc_pos * positive_score`` (each check only when its argument
+    is not None; for a positive ``positive_score`` the last equals ``relative_margin = 1 - perc_pos``).
     """
     if scores.ndim != 2 or positive_scores.shape != scores.shape[:1]:
         raise ValueError(
@@ -176,6 +179,8 @@ def false_negative_mask(
         raise ValueError(f"absolute_margin: expected a finite float, got {absolute_margin!r}")
     if relative_margin is not None and not (0.0 <= relative_margin <= 1.0):
         raise ValueError(f"relative_margin: expected a float in [0, 1], got {relative_margin!r}")
+    if perc_pos is not None and not (0.0 < perc_pos <= 1.0):
+        raise ValueError(f"perc_pos: expected a float in (0, 1], got {perc_pos!r}")
     keep = torch.isfinite(scores)
     positive_scores = positive_scores.detach().unsqueeze(1).to(scores.dtype)
     if absolute_margin is not None:
@@ -184,6 +189,8 @@ def false_negative_mask(
         keep &= scores <= positive_scores - positive_scores.abs() * relative_margin
     if max_score is not None:
         keep &= scores <= max_score
+    if perc_pos is not None:
+        keep &= scores <= positive_scores * perc_pos
 
     def _expand(values: Tensor) -> Tensor:
         return values.unsqueeze(0) if values.ndim == 1 else values
@@ -269,6 +276,7 @@ def mine_hard_negatives(
     absolute_margin: float | None = None,
     relative_margin: float | None = None,
     max_score: float | None = None,
+    perc_pos: float | None = None,
     offset: int = 0,
     scores: Tensor | None = None,
     backend: Backend = "torch",
@@ -296,6 +304,7 @@ def mine_hard_negatives(
         absolute_margin=absolute_margin,
         relative_margin=relative_margin,
         max_score=max_score,
+        perc_pos=perc_pos,
     )
     if scores is not None or (backend == "torch" and index_type == "flat"):
         # Exact path: mask the full score matrix, then one topk.

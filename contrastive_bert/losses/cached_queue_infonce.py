@@ -1,15 +1,17 @@
-"""CachedQueueInfoNCELoss: QueueInfoNCELoss with GradCache, for batches larger than memory allows.
+"""CachedQueueInfoNCELoss: the queue InfoNCE loss with GradCache, for batches larger than memory allows.
 
-Built on sentence-transformers' :class:`~sentence_transformers.base.losses.gradcache.CachedLossMixin`:
-(1) embed all mini-batches without a graph, (2) compute the queue InfoNCE loss over the whole batch
+Built on sentence-transformers' :class:`~sentence_transformers.base.losses.gradcache.CachedLossMixin`
+the way ``CachedMultipleNegativesRankingLoss`` wraps ``MultipleNegativesRankingLoss``: the wrapped
+:class:`QueueInfoNCELoss` (``self.loss``) owns the options, the queue and the momentum encoder;
+this class adds (1) embedding all mini-batches without a graph, (2) the loss over the whole batch
 in chunks of ``mini_batch_size`` anchors, back-propagating each chunk to the embeddings (the
-gradient cache), (3) re-embed each mini-batch with a graph and push the cached gradients through.
-Loss and gradients equal the uncached loss (up to dropout sampling, which RandContext replays).
+gradient cache), (3) re-embedding each mini-batch with a graph and pushing the cached gradients
+through. Loss and gradients equal the uncached loss (dropout is replayed by RandContext).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -20,13 +22,17 @@ from sentence_transformers.base.losses.gradcache import (
 )
 from torch import Tensor, nn
 
-from contrastive_bert.losses.queue_infonce import QueueInfoNCELoss, feature_ids
+from contrastive_bert.losses.option_checks import check_flags, check_number
+from contrastive_bert.losses.queue_infonce import QueueInfoNCELoss, feature_ids, seed_rule_queue_size
 from contrastive_bert.models import unwrap_model
+from contrastive_bert.queue import EmbeddingQueue
 
-__all__ = ["CachedQueueInfoNCELoss"]
+__all__ = ["CachedQueueInfoNCELoss", "build_cached_queue_infonce_loss"]
+
+_OWN_OPTIONS = ("mini_batch_size", "mini_batch_num_tokens", "show_progress_bar")
 
 
-class CachedQueueInfoNCELoss(CachedLossMixin, QueueInfoNCELoss):
+class CachedQueueInfoNCELoss(CachedLossMixin, nn.Module):
     def __init__(
         self,
         model: nn.Module,
@@ -35,28 +41,55 @@ class CachedQueueInfoNCELoss(CachedLossMixin, QueueInfoNCELoss):
         show_progress_bar: bool = False,
         **kwargs: Any,
     ) -> None:
-        """Same arguments as :class:`QueueInfoNCELoss`, plus GradCache's ``mini_batch_size``
-        (rows embedded / loss rows computed at once, bounds the memory) and
+        """Every option of :class:`QueueInfoNCELoss` (``kwargs``), plus GradCache's
+        ``mini_batch_size`` (rows embedded / loss rows computed at once, bounds the memory) and
         ``mini_batch_num_tokens`` (token budget per mini-batch instead of a row count)."""
-        if not isinstance(mini_batch_size, int) or mini_batch_size <= 0:
-            raise ValueError(f"mini_batch_size: expected a positive int, got {mini_batch_size!r}")
+        super().__init__()
+        self.check_options({"mini_batch_size": mini_batch_size, "mini_batch_num_tokens": mini_batch_num_tokens,
+                            "show_progress_bar": show_progress_bar, **kwargs})
         _validate_mini_batch_num_tokens(mini_batch_num_tokens)
         if has_static_embedding_input(unwrap_model(model)):
             raise ValueError("model: a StaticEmbedding model cannot be split into mini-batches; use QueueInfoNCELoss")
-        QueueInfoNCELoss.__init__(self, model, **kwargs)
+        self.model = model
+        self.loss = QueueInfoNCELoss(model, **kwargs)
         self.mini_batch_size = mini_batch_size
         self.mini_batch_num_tokens = mini_batch_num_tokens
         self.show_progress_bar = show_progress_bar
-        self._pending_ids: tuple[Tensor, Tensor] | None = None
+        self._pending: dict[str, Any] = {}
         self._last_parts: dict[str, Tensor] = {}
         self._last_positives: Tensor | None = None
 
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """GradCache's options here, every other one by :meth:`QueueInfoNCELoss.check_options`."""
+        check_number(options, "mini_batch_size", "a positive integer", lambda v: v > 0, integer=True)
+        check_number(options, "mini_batch_num_tokens", "a positive integer", lambda v: v > 0, integer=True, allow_none=True)
+        check_flags(options, ("show_progress_bar",))
+        QueueInfoNCELoss.check_options({k: v for k, v in options.items() if k not in _OWN_OPTIONS})
+
+    @property
+    def queue(self) -> EmbeddingQueue | None:
+        return self.loss.queue
+
+    @property
+    def num_steps(self) -> Tensor:
+        return self.loss.num_steps
+
+    @property
+    def temperature(self) -> float:
+        return self.loss.temperature
+
+    @property
+    def queue_size(self) -> int | None:
+        return self.loss.queue_size
+
+    @property
+    def citation(self) -> str:
+        return self.loss.citation
+
     def get_config_dict(self) -> dict[str, Any]:
-        return {
-            **super().get_config_dict(),
-            "mini_batch_size": self.mini_batch_size,
-            "mini_batch_num_tokens": self.mini_batch_num_tokens,
-        }
+        return {**self.loss.get_config_dict(), "mini_batch_size": self.mini_batch_size,
+                "mini_batch_num_tokens": self.mini_batch_num_tokens}
 
     def calculate_loss(
         self, reps: list[list[Tensor]], labels: Tensor | None = None, *, with_backward: bool = False
@@ -64,15 +97,14 @@ class CachedQueueInfoNCELoss(CachedLossMixin, QueueInfoNCELoss):
         """reps: per column, the mini-batch embeddings ``(mb, D)``. Returns the total loss (detached
         after the chunked backward when ``with_backward``); the parts go to ``self._last_parts``."""
         embeddings = [torch.cat(column) for column in reps]
-        anchor_ids, positive_ids = self._pending_ids if self._pending_ids is not None else (None, None)
-        batch = self.prepare_batch(embeddings, labels, anchor_ids, positive_ids)
+        batch = self.loss.prepare_batch(embeddings, labels, self._pending.get("anchor_ids"),
+                                        self._pending.get("positive_ids"), self._pending.get("guide"))
         batch_size = batch.anchors.shape[0]
         sums = {"in_batch": 0.0, "queue": 0.0, "hard": 0.0}
         total = 0.0
         starts = list(range(0, batch_size, self.mini_batch_size))
         for i, begin in enumerate(starts):
-            end = min(begin + self.mini_batch_size, batch_size)
-            parts = self.loss_rows(batch, begin, end)
+            parts = self.loss.loss_rows(batch, begin, min(begin + self.mini_batch_size, batch_size))
             chunk = sum(parts.values()) / batch_size
             if with_backward:
                 # the normalised batch is shared by all chunks: keep its graph until the last one
@@ -90,19 +122,29 @@ class CachedQueueInfoNCELoss(CachedLossMixin, QueueInfoNCELoss):
         sentence_features = list(sentence_features)
         if len(sentence_features) < 2:
             raise ValueError(f"sentence_features: expected at least 2 columns (anchor, positive), got {len(sentence_features)}")
+        inner = self.loss
         anchor_ids = feature_ids(sentence_features[0])
         positive_ids = feature_ids(sentence_features[1])
+        guide = None if inner.guide is None else inner.guide.embed(sentence_features)
         training = unwrap_model(self.model).training and torch.is_grad_enabled()
         if training:
-            self.update_momentum_encoder()
-        self._pending_ids = (anchor_ids, positive_ids)
+            inner.update_momentum_encoder()
+        self._pending = {"anchor_ids": anchor_ids, "positive_ids": positive_ids, "guide": guide}
         try:
             loss = self.forward_cached(sentence_features, labels)
         finally:
-            self._pending_ids = None
+            self._pending = {}
         queue_part, hard_part = self._last_parts["queue"], self._last_parts["hard"]
         if training:
-            keys = self.key_embeddings(sentence_features[1], self._last_positives)
-            self.after_training_step(keys, positive_ids, labels, anchor_ids)
+            keys = inner.key_embeddings(sentence_features[1], self._last_positives)
+            inner.after_training_step(keys, positive_ids, labels, anchor_ids, None if guide is None else guide[1])
         # in_batch carries the GradCache hook; the parts still add up to the total loss
         return {"in_batch": loss - (queue_part + hard_part), "queue": queue_part, "hard": hard_part}
+
+
+def build_cached_queue_infonce_loss(
+    model: nn.Module, train_dataset_size: int | None, batch_size: int | None, **options: Any
+) -> CachedQueueInfoNCELoss:
+    """The ``cached_queue_infonce`` loss for recipes: as :func:`build_queue_infonce_loss`, plus GradCache's options."""
+    options = seed_rule_queue_size(options, train_dataset_size, batch_size)
+    return CachedQueueInfoNCELoss(model, train_dataset_size=train_dataset_size, **options)

@@ -1,31 +1,22 @@
 """QueueInfoNCELoss: InfoNCE over in-batch negatives + a FIFO queue of past positives + hard
 negatives mined from that queue, with false-negative control.
 
-For anchor ``a_i`` (all embeddings L2-normalised, ``s(x, y) = x . y / temperature``)::
-
-    loss_i = -s(a_i, p_i) + log( sum_{d in batch docs} e^{s(a_i, d)}
-                                 + sum_{q in queue_i} e^{s(a_i, q)}
-                                 + w_i * sum_{h in hard_i} e^{s(a_i, h)} )
-
-* batch docs: every positive and explicit negative in the batch (exactly MultipleNegativesRankingLoss);
-* ``hard_i``: the ``num_hard_negatives`` queue rows mined for ``a_i`` (:mod:`contrastive_bert.mining`,
-  after dropping the anchor's/positive's own text, rows above the score margins, optionally same label);
-* ``queue_i``: the other filled queue rows (the same false-negative filter applies when
-  ``filter_queue_negatives``), so no row is counted twice;
-* ``w_i``: with ``hard_negative_share = s`` the hard negatives are weighted so that they make up the
-  fraction ``s`` of all negatives (as if each were repeated ``w_i`` times); ``None`` means ``w_i = 1``.
+Each step: embed the columns, let :class:`~contrastive_bert.losses.hard_negative_miner.HardNegativeMiner`
+choose each anchor's queue negatives and hard negatives (after the false-negative filters and,
+with ``guide_model``, the guide's veto), score them with
+:func:`~contrastive_bert.losses.infonce_math.queue_infonce_loss` (the formula is in its module
+docstring), then enqueue this batch's positives (embedded by the momentum encoder if any).
 
 The returned dict splits the loss into parts that add up to it (the ST trainer sums and logs them):
 ``in_batch`` = the MNRL loss, ``queue`` = what the queue negatives add, ``hard`` = what the hard
-negatives add (each a difference of log-partition functions, so ``queue, hard >= 0``).
+negatives add.
 """
 
 from __future__ import annotations
 
-import copy
+import inspect
 import logging
-import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -33,21 +24,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrastive_bert.mining import (
-    HardnessSchedule,
-    faiss_available,
-    false_negative_mask,
-    mine_hard_negatives,
-    select_top_ranked,
-)
+from contrastive_bert.losses.guide_filter import GuideFilter
+from contrastive_bert.losses.hard_negative_miner import HardNegativeMiner
+from contrastive_bert.losses.infonce_math import queue_infonce_loss
+from contrastive_bert.losses.momentum_encoder import MomentumEncoder
+from contrastive_bert.losses.option_checks import check_choice, check_flags, check_number, check_unknown, option_error
+from contrastive_bert.mining import HardnessSchedule
 from contrastive_bert.models import unwrap_model
-from contrastive_bert.queue import NO_ID, NO_LABEL, EmbeddingQueue, default_queue_size, hash_token_ids
+from contrastive_bert.queue import NO_ID, EmbeddingQueue, default_queue_size, hash_token_ids
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["QueueInfoNCELoss", "build_queue_infonce_loss"]
-
-PART_NAMES = ("in_batch", "queue", "hard")
+__all__ = ["QueueInfoNCELoss", "build_queue_infonce_loss", "feature_ids"]
 
 
 def feature_ids(features: dict[str, Any]) -> Tensor:
@@ -62,21 +50,30 @@ def feature_ids(features: dict[str, Any]) -> Tensor:
 
 @dataclass
 class _Batch:
-    """Everything the row-wise loss needs for one step (normalised embeddings keep their graph).
+    """One step's inputs (normalised embeddings keep their graph).
 
-    anchors ``(B, D)``, docs ``(B * (1 + n_neg), D)`` (positives first), queue ``(n, D)`` detached,
-    queue_ids/labels ``(n,)``, anchor_ids/positive_ids/labels ``(B,)``, offset: curriculum rank offset.
+    anchors ``(B, D)``, docs ``(N, D)`` (positives first), queue ``(n, D)`` detached, queue_ids /
+    queue_groups ``(n,)``, anchor_ids / positive_ids / groups ``(B,)``, step: for the curriculum;
+    with a guide model: guide_anchors ``(B, G)``, guide_docs ``(N, G)``, guide_queue ``(n, G)``.
     """
 
     anchors: Tensor
     docs: Tensor
     queue: Tensor
     queue_ids: Tensor
-    queue_labels: Tensor
+    queue_groups: Tensor
     anchor_ids: Tensor | None
     positive_ids: Tensor | None
-    labels: Tensor | None
-    offset: int
+    groups: Tensor | None
+    step: int
+    guide_anchors: Tensor | None = None
+    guide_docs: Tensor | None = None
+    guide_queue: Tensor | None = None
+
+
+def _option_defaults(cls: type) -> dict[str, Any]:
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
 
 
 class QueueInfoNCELoss(nn.Module):
@@ -93,9 +90,12 @@ class QueueInfoNCELoss(nn.Module):
         absolute_margin: float | None = None,
         relative_margin: float | None = 0.05,
         max_score: float | None = None,
+        perc_pos: float | None = None,
         filter_same_label: bool = False,
         filter_same_anchor: bool = True,
         filter_queue_negatives: bool = True,
+        guide_model: nn.Module | str | None = None,
+        guide_margin: float = 0.0,
         hardness_schedule: HardnessSchedule | dict[str, Any] | None = None,
         mining_backend: Literal["auto", "faiss", "torch"] = "auto",
         mining_index: Literal["flat", "ivf", "hnsw"] = "flat",
@@ -128,11 +128,20 @@ class QueueInfoNCELoss(nn.Module):
                 (MoCo, e.g. 0.999); ``None`` = enqueue the online encoder's detached positives.
             absolute_margin / relative_margin / max_score: false-negative filters relative to the
                 anchor-positive score (as ``sentence_transformers.util.mine_hard_negatives``).
+            perc_pos: NV-Retriever's TopK-PercPos: drop queue candidates scoring above
+                ``perc_pos`` x the anchor-positive score (e.g. 0.95); None = off. For positive
+                scores this is ``relative_margin = 1 - perc_pos``; the two differ for negative ones.
             filter_same_label: drop queue rows with the batch row's label (needs integer labels).
             filter_same_anchor: without such labels, drop queue rows that were the positive of a pair
                 with the same anchor text (a query with several correct answers: those answers are
                 false negatives by construction, whatever their text).
             filter_queue_negatives: apply the false-negative filters to the queue negatives too.
+            guide_model: GISTEmbedLoss's guide: a frozen SentenceTransformer, or its name/path
+                (``"default"`` = the bundled all-MiniLM-L6-v2). A batch, queue or mined negative
+                whose guide similarity to the anchor exceeds the guide similarity of the anchor's
+                positive minus ``guide_margin`` is not a negative. The queue keeps the guide's
+                embedding of each row. None = off.
+            guide_margin: GISTEmbedLoss's absolute margin (finite).
             hardness_schedule: curriculum from easy to hard; default always the hardest.
             mining_backend / mining_index / use_gpu_index: see :func:`contrastive_bert.mining.search_topk`.
                 ``auto`` uses torch when the queue scores are computed anyway, else FAISS.
@@ -140,74 +149,99 @@ class QueueInfoNCELoss(nn.Module):
             check_finite: raise ``ValueError`` when the loss is NaN/inf.
         """
         super().__init__()
-        if not (isinstance(temperature, (int, float)) and math.isfinite(temperature) and temperature > 0):
-            raise ValueError(f"temperature: expected a float > 0, got {temperature!r}")
-        if queue_size is not None and (not isinstance(queue_size, int) or queue_size <= 0):
-            raise ValueError(f"queue_size: expected a positive int or None, got {queue_size!r}")
-        if not isinstance(num_hard_negatives, int) or num_hard_negatives < 0:
-            raise ValueError(f"num_hard_negatives: expected an int >= 0, got {num_hard_negatives!r}")
-        if queue_size is not None and num_hard_negatives > queue_size:
-            raise ValueError(f"num_hard_negatives: {num_hard_negatives} exceeds queue_size {queue_size}")
-        if hard_negative_share is not None and not (0.0 < hard_negative_share < 1.0):
-            raise ValueError(f"hard_negative_share: expected a float in (0, 1) or None, got {hard_negative_share!r}")
-        if momentum is not None and not (0.0 <= momentum < 1.0):
-            raise ValueError(f"momentum: expected a float in [0, 1) or None, got {momentum!r}")
-        if relative_margin is not None and not (0.0 <= relative_margin <= 1.0):
-            raise ValueError(f"relative_margin: expected a float in [0, 1] or None, got {relative_margin!r}")
-        if absolute_margin is not None and not math.isfinite(absolute_margin):
-            raise ValueError(f"absolute_margin: expected a finite float or None, got {absolute_margin!r}")
-        if mining_backend not in ("auto", "faiss", "torch"):
-            raise ValueError(f"mining_backend: expected 'auto', 'faiss' or 'torch', got {mining_backend!r}")
-        if mining_index not in ("flat", "ivf", "hnsw"):
-            raise ValueError(f"mining_index: expected 'flat', 'ivf' or 'hnsw', got {mining_index!r}")
-        if train_dataset_size is not None and (not isinstance(train_dataset_size, int) or train_dataset_size <= 0):
-            raise ValueError(f"train_dataset_size: expected a positive int or None, got {train_dataset_size!r}")
+        options = {k: v for k, v in locals().items() if k not in ("self", "model", "__class__")}
+        self.check_options(options)
         if not use_queue_negatives and num_hard_negatives == 0:
             logger.warning("use_queue_negatives=False and num_hard_negatives=0: the queue is never used")
-
         self.model = model
         self.temperature = float(temperature)
-        self.num_hard_negatives = num_hard_negatives
         self.hard_negative_share = hard_negative_share
-        self.use_queue_negatives = use_queue_negatives
         self.symmetric = symmetric
-        self.momentum = momentum
-        self.absolute_margin = absolute_margin
-        self.relative_margin = relative_margin
-        self.max_score = max_score
         self.filter_same_label = filter_same_label
         self.filter_same_anchor = filter_same_anchor
-        self.filter_queue_negatives = filter_queue_negatives
-        if isinstance(hardness_schedule, dict):  # from a YAML/JSON recipe
-            hardness_schedule = HardnessSchedule(**hardness_schedule)
-        if hardness_schedule is not None and not isinstance(hardness_schedule, HardnessSchedule):
-            raise ValueError(f"hardness_schedule: expected a HardnessSchedule or dict, got {type(hardness_schedule).__name__}")
-        self.hardness_schedule = hardness_schedule or HardnessSchedule()
-        self.mining_backend = mining_backend
-        self.mining_index = mining_index
-        self.use_gpu_index = use_gpu_index
+        self.guide_margin = float(guide_margin)
         self.train_dataset_size = train_dataset_size
         self.gather_across_devices = gather_across_devices
         self.check_finite = check_finite
         self.requested_queue_size = queue_size
-
+        if isinstance(hardness_schedule, dict):  # from a YAML/JSON recipe
+            hardness_schedule = HardnessSchedule(**hardness_schedule)
+        self.miner = HardNegativeMiner(
+            num_hard_negatives=num_hard_negatives, use_queue_negatives=use_queue_negatives,
+            filter_queue_negatives=filter_queue_negatives, absolute_margin=absolute_margin,
+            relative_margin=relative_margin, max_score=max_score, perc_pos=perc_pos,
+            schedule=hardness_schedule or HardnessSchedule(), backend=mining_backend, index_type=mining_index,
+            use_gpu=use_gpu_index,
+        )
         bare = unwrap_model(model)
         get_dim = getattr(bare, "get_embedding_dimension", None) or bare.get_sentence_embedding_dimension
         self.dim = int(get_dim())
+        self.guide = None if guide_model is None else GuideFilter(guide_model, model, guide_margin)
         self.queue: EmbeddingQueue | None = None
+        self.guide_queue: EmbeddingQueue | None = None
         if queue_size is not None:
-            self.queue = EmbeddingQueue(queue_size, self.dim, gather_distributed=gather_across_devices)
+            self._make_queues(queue_size)
         self.register_buffer("num_steps", torch.zeros((), dtype=torch.int64))
-        self.ema_model: nn.Module | None = None
-        if momentum is not None:
-            self.ema_model = copy.deepcopy(unwrap_model(model))
-            self.ema_model.requires_grad_(False)
-            self.ema_model.eval()
+        self.momentum = momentum
+        self.momentum_encoder = None if momentum is None else MomentumEncoder(model, momentum)
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """Raise ``ValueError("loss_options.<name>: ...")`` for an unknown name or a bad value (no model needed)."""
+        check_unknown(options, _option_defaults(cls), cls.__name__)
+        check_number(options, "temperature", "a positive number", lambda v: v > 0)
+        check_number(options, "queue_size", "a positive integer", lambda v: v > 0, integer=True, allow_none=True)
+        check_number(options, "num_hard_negatives", "an integer >= 0", lambda v: v >= 0, integer=True)
+        check_number(options, "train_dataset_size", "a positive integer", lambda v: v > 0, integer=True, allow_none=True)
+        queue_size, k = options.get("queue_size"), options.get("num_hard_negatives", 0)
+        if queue_size is not None and k > queue_size:
+            raise option_error("num_hard_negatives", f"at most queue_size ({queue_size})", k)
+        check_number(options, "hard_negative_share", "a number in (0, 1)", lambda v: 0 < v < 1, allow_none=True)
+        check_number(options, "momentum", "a number in [0, 1)", lambda v: 0 <= v < 1, allow_none=True)
+        check_number(options, "relative_margin", "a number in [0, 1]", lambda v: 0 <= v <= 1, allow_none=True)
+        check_number(options, "perc_pos", "a number in (0, 1]", lambda v: 0 < v <= 1, allow_none=True)
+        for name in ("absolute_margin", "max_score"):
+            check_number(options, name, "a finite number", allow_none=True)
+        check_number(options, "guide_margin", "a finite number")
+        check_flags(options, ("use_queue_negatives", "symmetric", "filter_same_label", "filter_same_anchor",
+                              "filter_queue_negatives", "gather_across_devices", "check_finite"))
+        check_choice(options, "mining_backend", ("auto", "faiss", "torch"))
+        check_choice(options, "mining_index", ("flat", "ivf", "hnsw"))
+        if options.get("use_gpu_index") is not None and not isinstance(options["use_gpu_index"], bool):
+            raise option_error("use_gpu_index", "true, false or null", options["use_gpu_index"])
+        guide = options.get("guide_model")
+        if guide is not None and not isinstance(guide, (str, nn.Module)):
+            raise option_error("guide_model", "a model name or path, a SentenceTransformer, or null", guide)
+        schedule = options.get("hardness_schedule")
+        if isinstance(schedule, Mapping):
+            try:
+                HardnessSchedule(**schedule)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"loss_options.hardness_schedule: {error}") from None
+        elif schedule is not None and not isinstance(schedule, HardnessSchedule):
+            raise option_error("hardness_schedule", "a mapping of start, end, warmup_steps, pool_factor", schedule)
 
     # ------------------------------------------------------------------ properties
     @property
     def scale(self) -> float:
         return 1.0 / self.temperature
+
+    @property
+    def num_hard_negatives(self) -> int:
+        return self.miner.num_hard_negatives
+
+    @property
+    def use_queue_negatives(self) -> bool:
+        return self.miner.use_queue_negatives
+
+    @property
+    def hardness_schedule(self) -> HardnessSchedule:
+        return self.miner.schedule
+
+    @property
+    def ema_model(self) -> nn.Module | None:
+        """The momentum encoder's model (None without ``momentum``)."""
+        return None if self.momentum_encoder is None else self.momentum_encoder.model
 
     @property
     def queue_size(self) -> int | None:
@@ -231,26 +265,36 @@ class QueueInfoNCELoss(nn.Module):
 """
 
     def get_config_dict(self) -> dict[str, Any]:
+        miner = self.miner
         return {
             "queue_size": self.queue_size if self.queue is not None else self.requested_queue_size,
             "temperature": self.temperature,
-            "num_hard_negatives": self.num_hard_negatives,
+            "num_hard_negatives": miner.num_hard_negatives,
             "hard_negative_share": self.hard_negative_share,
-            "use_queue_negatives": self.use_queue_negatives,
+            "use_queue_negatives": miner.use_queue_negatives,
             "symmetric": self.symmetric,
             "momentum": self.momentum,
-            "absolute_margin": self.absolute_margin,
-            "relative_margin": self.relative_margin,
-            "max_score": self.max_score,
+            "absolute_margin": miner.absolute_margin,
+            "relative_margin": miner.relative_margin,
+            "max_score": miner.max_score,
+            "perc_pos": miner.perc_pos,
             "filter_same_label": self.filter_same_label,
             "filter_same_anchor": self.filter_same_anchor,
-            "filter_queue_negatives": self.filter_queue_negatives,
-            "hardness_schedule": vars(self.hardness_schedule),
-            "mining_backend": self.mining_backend,
-            "mining_index": self.mining_index,
+            "filter_queue_negatives": miner.filter_queue_negatives,
+            "guide_model": None if self.guide is None else type(self.guide.guide).__name__,
+            "guide_margin": self.guide_margin,
+            "hardness_schedule": vars(miner.schedule),
+            "mining_backend": miner.backend,
+            "mining_index": miner.index_type,
         }
 
     # ------------------------------------------------------------------ queue management
+    def _make_queues(self, size: int) -> None:
+        device = next(unwrap_model(self.model).parameters()).device
+        self.queue = EmbeddingQueue(size, self.dim, gather_distributed=self.gather_across_devices).to(device)
+        if self.guide is not None:
+            self.guide_queue = EmbeddingQueue(size, self.guide.dim, gather_distributed=self.gather_across_devices).to(device)
+
     def ensure_queue(self, global_batch_size: int) -> EmbeddingQueue:
         """Create the queue on first use (seed rule when ``queue_size`` is None) and check it fits."""
         if self.queue is None:
@@ -259,8 +303,7 @@ class QueueInfoNCELoss(nn.Module):
             else:
                 size = default_queue_size(2**40, global_batch_size)  # unknown data size: the 65536 cap
                 logger.info("queue_size=None and train_dataset_size unknown: using %d rows", size)
-            device = next(unwrap_model(self.model).parameters()).device
-            self.queue = EmbeddingQueue(size, self.dim, gather_distributed=self.gather_across_devices).to(device)
+            self._make_queues(size)
         if global_batch_size > self.queue.size:
             raise ValueError(
                 f"queue_size: {self.queue.size} is smaller than the (global) batch size {global_batch_size}; "
@@ -270,34 +313,30 @@ class QueueInfoNCELoss(nn.Module):
 
     def queue_state_dict(self) -> dict[str, Any]:
         """What a checkpoint must keep besides the model: queue buffers, step counter, EMA encoder."""
-        return {
-            "queue": None if self.queue is None else {k: v.detach().cpu() for k, v in self.queue.state_dict().items()},
-            "num_steps": int(self.num_steps.item()),
-            "ema_model": None
-            if self.ema_model is None
-            else {k: v.detach().cpu() for k, v in self.ema_model.state_dict().items()},
-            "dim": self.dim,
-        }
+
+        def cpu(module: nn.Module | None) -> dict[str, Tensor] | None:
+            return None if module is None else {k: v.detach().cpu() for k, v in module.state_dict().items()}
+
+        return {"queue": cpu(self.queue), "num_steps": int(self.num_steps.item()), "ema_model": cpu(self.ema_model),
+                "guide_queue": cpu(self.guide_queue), "dim": self.dim}
 
     def load_queue_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`queue_state_dict`. ValueError when the embedding size does not match."""
         if not isinstance(state, dict) or "queue" not in state:
             raise ValueError("state: expected the dict written by QueueInfoNCELoss.queue_state_dict()")
         if int(state.get("dim", self.dim)) != self.dim:
-            raise ValueError(
-                f"state: the saved queue has embedding size {state['dim']} but the model's is {self.dim}"
-            )
-        device = next(unwrap_model(self.model).parameters()).device
+            raise ValueError(f"state: the saved queue has embedding size {state['dim']} but the model's is {self.dim}")
         if state["queue"] is not None:
             saved = state["queue"]["queue_embeddings"]
             if saved.ndim != 2 or saved.shape[1] != self.dim:
-                raise ValueError(
-                    f"state: the saved queue has embedding size {saved.shape[-1]} but the model's is {self.dim}"
-                )
+                raise ValueError(f"state: the saved queue has embedding size {saved.shape[-1]} but the model's is {self.dim}")
             if self.queue is None:
-                self.queue = EmbeddingQueue(int(saved.shape[0]), self.dim, gather_distributed=self.gather_across_devices)
+                self._make_queues(int(saved.shape[0]))
             self.queue.load_state_dict(state["queue"])
-            self.queue.to(device)
+            if self.guide_queue is not None:
+                if state.get("guide_queue") is None:
+                    raise ValueError("state: this loss has a guide model but the saved queue has no guide embeddings")
+                self.guide_queue.load_state_dict(state["guide_queue"])
         self.num_steps.fill_(int(state.get("num_steps", 0)))
         if state.get("ema_model") is not None:
             if self.ema_model is None:
@@ -306,31 +345,31 @@ class QueueInfoNCELoss(nn.Module):
 
     @torch.no_grad()
     def update_momentum_encoder(self) -> None:
-        """EMA step ``ema = m * ema + (1 - m) * online`` (parameters; buffers are copied)."""
-        if self.ema_model is None:
-            return
-        online = unwrap_model(self.model)
-        m = self.momentum
-        for ema_p, p in zip(self.ema_model.parameters(), online.parameters()):
-            ema_p.mul_(m).add_(p.detach().to(ema_p.dtype), alpha=1.0 - m)
-        for ema_b, b in zip(self.ema_model.buffers(), online.buffers()):
-            ema_b.copy_(b)
+        """EMA step of the momentum encoder (no-op without ``momentum``)."""
+        if self.momentum_encoder is not None:
+            self.momentum_encoder.update(self.model)
 
     @torch.no_grad()
     def key_embeddings(self, positive_features: dict[str, Tensor], positive_embeddings: Tensor) -> Tensor:
         """What is enqueued for this batch: ``(B, D)`` detached positives (momentum encoder if any)."""
-        if self.ema_model is None:
+        if self.momentum_encoder is None:
             return positive_embeddings.detach()
-        if next(self.ema_model.parameters()).device != positive_embeddings.device:
-            self.ema_model.to(positive_embeddings.device)
-        return self.ema_model(dict(positive_features))["sentence_embedding"].detach()
+        return self.momentum_encoder.encode(positive_features).to(positive_embeddings.device)
 
     @torch.no_grad()
     def after_training_step(
-        self, keys: Tensor, positive_ids: Tensor | None, labels: Tensor | None, anchor_ids: Tensor | None = None
+        self,
+        keys: Tensor,
+        positive_ids: Tensor | None,
+        labels: Tensor | None,
+        anchor_ids: Tensor | None = None,
+        guide_keys: Tensor | None = None,
     ) -> None:
-        """Enqueue the keys ``(B, D)`` and advance the step counter (training mode only)."""
-        self.queue.enqueue(keys, ids=positive_ids, labels=self.group_labels(labels, anchor_ids))
+        """Enqueue the keys ``(B, D)`` (and their guide embeddings) and advance the step counter."""
+        groups = self.group_labels(labels, anchor_ids)
+        self.queue.enqueue(keys, ids=positive_ids, labels=groups)
+        if self.guide_queue is not None:
+            self.guide_queue.enqueue(guide_keys, ids=positive_ids, labels=groups)
         self.num_steps += 1
 
     def group_labels(self, labels: Tensor | None, anchor_ids: Tensor | None) -> Tensor | None:
@@ -357,14 +396,18 @@ class QueueInfoNCELoss(nn.Module):
             raise ValueError(f"sentence_features: expected at least 2 columns (anchor, positive), got {len(sentence_features)}")
         anchor_ids = feature_ids(sentence_features[0])
         positive_ids = feature_ids(sentence_features[1])
+        guide_embeddings = None if self.guide is None else self.guide.embed(sentence_features)
         embeddings = embed_columns(self.model, sentence_features)
         training = unwrap_model(self.model).training and torch.is_grad_enabled()
         if training:
             self.update_momentum_encoder()
-        parts = self.compute_loss_from_embeddings(embeddings, labels, anchor_ids=anchor_ids, positive_ids=positive_ids)
+        parts = self.compute_loss_from_embeddings(
+            embeddings, labels, anchor_ids=anchor_ids, positive_ids=positive_ids, guide_embeddings=guide_embeddings
+        )
         if training:
             keys = self.key_embeddings(sentence_features[1], embeddings[1])
-            self.after_training_step(keys, positive_ids, labels, anchor_ids)
+            guide_keys = None if guide_embeddings is None else guide_embeddings[1]
+            self.after_training_step(keys, positive_ids, labels, anchor_ids, guide_keys)
         return parts
 
     def prepare_batch(
@@ -373,8 +416,12 @@ class QueueInfoNCELoss(nn.Module):
         labels: Tensor | None,
         anchor_ids: Tensor | None = None,
         positive_ids: Tensor | None = None,
+        guide_embeddings: Sequence[Tensor] | None = None,
+        extra_docs: Tensor | None = None,
+        guide_extra_docs: Tensor | None = None,
     ) -> _Batch:
-        """Normalise, concatenate the candidate columns and snapshot the queue for this step."""
+        """Normalise, concatenate the candidate columns (then ``extra_docs`` ``(m, D)``, in-batch
+        negatives of every anchor) and snapshot the queue for this step."""
         if len(embeddings) < 2:
             raise ValueError(f"embeddings: expected at least 2 columns (anchor, positive), got {len(embeddings)}")
         anchors = embeddings[0]
@@ -383,24 +430,37 @@ class QueueInfoNCELoss(nn.Module):
             raise ValueError(f"embeddings: all columns must have {batch_size} rows, got {[e.shape[0] for e in embeddings]}")
         if anchors.shape[1] != self.dim:
             raise ValueError(f"embeddings: the model produces dim {anchors.shape[1]} but the queue expects {self.dim}")
+        if self.guide is not None and guide_embeddings is None:
+            raise ValueError("guide_embeddings: this loss has a guide model; pass the guide's embedding of each column")
         world = torch.distributed.get_world_size() if (
             self.gather_across_devices and torch.distributed.is_available() and torch.distributed.is_initialized()
         ) else 1
         queue = self.ensure_queue(batch_size * world)
         if queue.queue_embeddings.device != anchors.device:
             queue.to(anchors.device)
-        q_emb, q_ids, q_labels = queue.filled()
-        return _Batch(
+        q_emb, q_ids, q_groups = queue.filled()
+        docs = list(embeddings[1:]) + ([] if extra_docs is None else [extra_docs])
+        batch = _Batch(
             anchors=F.normalize(anchors, p=2, dim=1),
-            docs=F.normalize(torch.cat(list(embeddings[1:]), dim=0), p=2, dim=1),
+            docs=F.normalize(torch.cat(docs, dim=0), p=2, dim=1),
             queue=q_emb.detach().to(anchors.dtype),
             queue_ids=q_ids,
-            queue_labels=q_labels,
+            queue_groups=q_groups,
             anchor_ids=anchor_ids,
             positive_ids=positive_ids,
-            labels=self.group_labels(labels, anchor_ids),
-            offset=self.hardness_schedule.offset(int(self.num_steps.item()), self.num_hard_negatives),
+            groups=self.group_labels(labels, anchor_ids),
+            step=int(self.num_steps.item()),
         )
+        if self.guide is not None:
+            guide_docs = list(guide_embeddings[1:]) + ([] if guide_extra_docs is None else [guide_extra_docs])
+            batch.guide_anchors = guide_embeddings[0]
+            batch.guide_docs = torch.cat(guide_docs, dim=0)
+            batch.guide_queue = self.guide_queue.filled()[0].to(anchors.device)
+        if torch.is_grad_enabled() and batch.queue.numel() > 0:
+            # the backward pass runs after this step's enqueue, which writes the buffer in place:
+            # give autograd its own copy of the rows it saved
+            batch.queue = batch.queue.clone()
+        return batch
 
     def compute_loss_from_embeddings(
         self,
@@ -408,106 +468,45 @@ class QueueInfoNCELoss(nn.Module):
         labels: Tensor | None = None,
         anchor_ids: Tensor | None = None,
         positive_ids: Tensor | None = None,
+        guide_embeddings: Sequence[Tensor] | None = None,
+        extra_docs: Tensor | None = None,
+        guide_extra_docs: Tensor | None = None,
     ) -> dict[str, Tensor]:
-        """embeddings: (anchor, positive[, negatives...]) each ``(B, D)``. Returns the named parts."""
-        batch = self.prepare_batch(embeddings, labels, anchor_ids, positive_ids)
-        if torch.is_grad_enabled() and batch.queue.numel() > 0:
-            # the backward pass runs after this step's enqueue, which writes the buffer in place:
-            # give autograd its own copy of the rows it saved
-            batch.queue = batch.queue.clone()
+        """embeddings: (anchor, positive[, negatives...]) each ``(B, D)``. Returns the named parts (means)."""
+        batch = self.prepare_batch(embeddings, labels, anchor_ids, positive_ids, guide_embeddings, extra_docs, guide_extra_docs)
         parts = self.loss_rows(batch, 0, batch.anchors.shape[0])
         total = batch.anchors.shape[0]
         return {name: value / total for name, value in parts.items()}
 
     def loss_rows(self, batch: _Batch, begin: int, end: int) -> dict[str, Tensor]:
-        """Sum over anchors ``begin:end`` of each loss part (divide by ``B`` for the mean)."""
-        B = batch.anchors.shape[0]
-        rows = torch.arange(begin, end, device=batch.anchors.device)
-        anchors = batch.anchors[begin:end]  # (b, D)
-        scale = self.scale
-        batch_logits = anchors @ batch.docs.T * scale  # (b, B * (1 + n_neg))
-        positive_logits = batch_logits[torch.arange(end - begin, device=rows.device), rows]  # (b,)
-        lse_batch = torch.logsumexp(batch_logits, dim=1)
+        """Sum over anchors ``begin:end`` of each loss part (divide by ``B`` for the mean):
+        choose the negatives (miner, guide), then score them (:func:`queue_infonce_loss`)."""
+        anchors = batch.anchors[begin:end]
+        rows = torch.arange(begin, end, device=anchors.device)
+        positives = batch.docs[begin:end]
 
-        n = batch.queue.shape[0]
-        k = self.num_hard_negatives
-        b = end - begin
-        queue_logits = batch_logits.new_empty((b, 0))
-        hard_logits = batch_logits.new_empty((b, 0))
-        log_w = batch_logits.new_zeros((b,))
-        if n > 0 and (self.use_queue_negatives or k > 0):
-            with torch.no_grad():
-                positive_scores = positive_logits.detach() / scale
-                slice_ids = None if batch.anchor_ids is None else batch.anchor_ids[begin:end]
-                slice_pids = None if batch.positive_ids is None else batch.positive_ids[begin:end]
-                slice_labels = None if batch.labels is None else batch.labels[begin:end]
-                filters = dict(
-                    absolute_margin=self.absolute_margin,
-                    relative_margin=self.relative_margin,
-                    max_score=self.max_score,
-                )
-            if self.use_queue_negatives:
-                queue_scores = anchors @ batch.queue.T  # (b, n), with grad wrt anchors
-                with torch.no_grad():
-                    # one mask for both uses: the hard negatives are always filtered, the queue
-                    # negatives too unless filter_queue_negatives=False (then only by id)
-                    filtered = false_negative_mask(
-                        queue_scores.detach(), positive_scores, batch.queue_ids, slice_ids, slice_pids,
-                        batch.queue_labels if slice_labels is not None else None, slice_labels, **filters,
-                    )
-                    if self.filter_queue_negatives:
-                        keep = filtered.clone()
-                    else:
-                        keep = false_negative_mask(
-                            queue_scores.detach(), positive_scores, batch.queue_ids, slice_ids, slice_pids
-                        )
-                    hard_idx = None
-                    if k > 0:
-                        hard_idx = select_top_ranked(queue_scores.detach(), filtered, k, batch.offset)
-                        valid = hard_idx >= 0
-                        # each row is counted once: the mined rows leave the queue block for the hard block
-                        chosen = torch.zeros(keep.shape, dtype=torch.int32, device=keep.device)
-                        chosen.scatter_add_(1, hard_idx.clamp(min=0), valid.to(torch.int32))
-                        keep &= chosen == 0
-                queue_logits = (queue_scores * scale).masked_fill(~keep, -math.inf)
-                if hard_idx is not None:
-                    hard_logits = (queue_scores.gather(1, hard_idx.clamp(min=0)) * scale).masked_fill(~valid, -math.inf)
-            else:
-                with torch.no_grad():
-                    backend = "faiss" if self.mining_backend == "auto" and faiss_available() else self.mining_backend
-                    backend = "torch" if backend == "auto" else backend
-                    hard_idx = mine_hard_negatives(
-                        anchors.detach(), positive_scores, batch.queue, k,
-                        key_ids=batch.queue_ids, anchor_ids=slice_ids, positive_ids=slice_pids,
-                        key_labels=batch.queue_labels, anchor_labels=slice_labels,
-                        offset=batch.offset, backend=backend, index_type=self.mining_index,
-                        use_gpu=self.use_gpu_index, **filters,
-                    )
-                    valid = hard_idx >= 0
-                hard_vectors = batch.queue[hard_idx.clamp(min=0)]  # (b, k, D)
-                hard_logits = (torch.einsum("bd,bkd->bk", anchors, hard_vectors) * scale).masked_fill(~valid, -math.inf)
-            if k > 0 and self.hard_negative_share is not None:
-                with torch.no_grad():
-                    share = self.hard_negative_share
-                    n_hard = valid.sum(dim=1).to(batch_logits.dtype)
-                    n_other = (batch_logits.shape[1] - 1) + torch.isfinite(queue_logits).sum(dim=1).to(batch_logits.dtype)
-                    weight = share / (1.0 - share) * n_other / n_hard.clamp(min=1.0)
-                    log_w = torch.where(n_hard > 0, weight.log(), torch.zeros_like(weight))
+        def rows_of(values: Tensor | None) -> Tensor | None:
+            return None if values is None else values[begin:end]
 
-        lse_queue = torch.logsumexp(torch.cat([batch_logits, queue_logits], dim=1), dim=1)
-        lse_all = torch.logsumexp(torch.cat([batch_logits, queue_logits, hard_logits + log_w.unsqueeze(1)], dim=1), dim=1)
-        in_batch = lse_batch - positive_logits
-        queue_part = lse_queue - lse_batch
-        hard_part = lse_all - lse_queue
-        if self.symmetric:
-            # positive_i -> anchors of the batch (doc_to_query of MNRL), averaged with the forward direction
-            positives = batch.docs[begin:end]
-            backward_logits = positives @ batch.anchors.T * scale  # (b, B)
-            backward = torch.logsumexp(backward_logits, dim=1) - positive_logits
-            in_batch = (in_batch + backward) / 2
-            queue_part = queue_part / 2
-            hard_part = hard_part / 2
-        parts = {"in_batch": in_batch.sum(), "queue": queue_part.sum(), "hard": hard_part.sum()}
+        doc_mask = guide_keep = None
+        if batch.guide_anchors is not None:
+            guide_anchors, guide_positives = batch.guide_anchors[begin:end], batch.guide_docs[begin:end]
+            doc_mask = self.guide.keep(guide_anchors, guide_positives, batch.guide_docs)
+            guide_keep = self.guide.keep(guide_anchors, guide_positives, batch.guide_queue)
+        with torch.no_grad():
+            positive_scores = (anchors.detach() * positives.detach()).sum(dim=1)
+        mined = self.miner.select(
+            anchors, positive_scores, batch.queue, batch.step, key_ids=batch.queue_ids, key_groups=batch.queue_groups,
+            anchor_ids=rows_of(batch.anchor_ids), positive_ids=rows_of(batch.positive_ids),
+            anchor_groups=rows_of(batch.groups), keep=guide_keep,
+        )
+        hard_keys, hard_mask = mined.hard_keys(batch.queue)
+        _, parts = queue_infonce_loss(
+            anchors, batch.docs, batch.queue if mined.queue_mask is not None else None, hard_keys,
+            temperature=self.temperature, positive_index=rows, doc_mask=doc_mask, queue_mask=mined.queue_mask,
+            hard_mask=hard_mask, hard_negative_share=self.hard_negative_share,
+            reverse_anchors=batch.anchors if self.symmetric else None, reduction="sum",
+        )
         if self.check_finite:
             bad = [name for name, value in parts.items() if not torch.isfinite(value)]
             if bad:
@@ -522,14 +521,15 @@ def build_queue_infonce_loss(
     model: nn.Module, train_dataset_size: int | None, batch_size: int | None, **options: Any
 ) -> QueueInfoNCELoss:
     """The loss for the ``train`` command / recipes: seed-rule queue size from the data set and
-    batch size (unless ``queue_size`` is given), everything else from ``options``.
-    ``cached=True`` (with ``mini_batch_size``) returns :class:`CachedQueueInfoNCELoss`."""
+    batch size (unless ``queue_size`` is given), everything else from ``options``."""
+    if "cached" in options:
+        raise ValueError("loss_options.cached: not an option of QueueInfoNCELoss; use the loss name 'cached_queue_infonce'")
+    return QueueInfoNCELoss(model, train_dataset_size=train_dataset_size, **seed_rule_queue_size(options, train_dataset_size, batch_size))
+
+
+def seed_rule_queue_size(options: Mapping[str, Any], train_dataset_size: int | None, batch_size: int | None) -> dict[str, Any]:
+    """``options`` with ``queue_size`` set by the seed's rule when it is missing and the sizes are known."""
     options = dict(options)
-    cached = bool(options.pop("cached", False))
     if options.get("queue_size") is None and train_dataset_size is not None and batch_size is not None:
         options["queue_size"] = default_queue_size(int(train_dataset_size), int(batch_size))
-    if cached:
-        from contrastive_bert.losses.cached_queue_infonce import CachedQueueInfoNCELoss
-
-        return CachedQueueInfoNCELoss(model, train_dataset_size=train_dataset_size, **options)
-    return QueueInfoNCELoss(model, train_dataset_size=train_dataset_size, **options)
+    return options

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
 from contrastive_bert.losses import CachedQueueInfoNCELoss, QueueInfoNCELoss, build_queue_infonce_loss
+from contrastive_bert.losses.cached_queue_infonce import build_cached_queue_infonce_loss
 from contrastive_bert.queue import hash_token_ids
 
 ANCHORS = ["a cat sits on the mat", "the dog runs fast", "the sky is blue today", "I like green tea", "trains are late"]
@@ -246,8 +247,10 @@ def test_lazy_queue_uses_the_seed_rule(tiny_model):
     assert loss.queue.size == 80  # 4 * 100 / 5
     built = build_queue_infonce_loss(tiny_model, train_dataset_size=1000, batch_size=8, num_hard_negatives=2)
     assert built.queue_size == 500 and built.num_hard_negatives == 2
-    cached = build_queue_infonce_loss(tiny_model, 1000, 8, cached=True, mini_batch_size=4)
-    assert isinstance(cached, CachedQueueInfoNCELoss) and cached.mini_batch_size == 4
+    cached = build_cached_queue_infonce_loss(tiny_model, 1000, 8, mini_batch_size=4)
+    assert isinstance(cached, CachedQueueInfoNCELoss) and cached.mini_batch_size == 4 and cached.queue_size == 500
+    with pytest.raises(ValueError, match="loss_options.cached: .*cached_queue_infonce"):
+        build_queue_infonce_loss(tiny_model, 1000, 8, cached=True)
 
 
 def _pairs(n: int = 24):

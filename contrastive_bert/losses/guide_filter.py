@@ -1,0 +1,83 @@
+"""A frozen guide model that vetoes false negatives, as sentence-transformers' ``GISTEmbedLoss``.
+
+The guide embeds every column of the batch (and the queue keeps the guide's embedding of each
+row it stores). A candidate is dropped as a negative of anchor ``a`` when its guide similarity
+to ``a`` exceeds the guide similarity of ``a``'s own positive minus ``margin``::
+
+    keep(a, c) = g(a) . g(c) <= g(a) . g(p_a) - margin      (g: the guide's normalised embedding)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from contrastive_bert.mining import false_negative_mask
+from contrastive_bert.models import unwrap_model
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["GuideFilter"]
+
+
+class GuideFilter(nn.Module):
+    """Args:
+        guide: a SentenceTransformer, or a name/path for :func:`contrastive_bert.models.load_model`
+            (``"default"``: the bundled all-MiniLM-L6-v2). Frozen, in eval mode.
+        model: the model being trained (its tokenizer decides whether the guide re-tokenises).
+        margin: GISTEmbedLoss's absolute margin (0 = drop anything the guide ranks above the positive).
+    """
+
+    def __init__(self, guide: nn.Module | str, model: nn.Module, margin: float = 0.0) -> None:
+        super().__init__()
+        if isinstance(guide, str):
+            from contrastive_bert.models import load_model
+
+            device = next(unwrap_model(model).parameters()).device
+            guide = load_model(guide, device=str(device))
+        self.guide = guide
+        self.guide.requires_grad_(False)
+        self.guide.eval()
+        self.margin = float(margin)
+        trained = unwrap_model(model)
+        self.must_retokenize = _tokenizer_vocab(trained) != _tokenizer_vocab(guide) or (
+            getattr(guide, "max_seq_length", 0) < getattr(trained, "max_seq_length", 0)
+        )
+        self._tokenizer = getattr(trained, "tokenizer", None)
+
+    @property
+    def dim(self) -> int:
+        get_dim = getattr(self.guide, "get_embedding_dimension", None) or self.guide.get_sentence_embedding_dimension
+        return int(get_dim())
+
+    @torch.no_grad()
+    def embed(self, sentence_features: Sequence[dict[str, Tensor]]) -> list[Tensor]:
+        """Normalised guide embeddings ``(B, D_guide)`` of each tokenised column."""
+        self.guide.eval()
+        device = next(self.guide.parameters()).device
+        out = []
+        for features in sentence_features:
+            if self.must_retokenize:
+                texts = self._tokenizer.batch_decode(features["input_ids"], skip_special_tokens=True)
+                features = self.guide.preprocess(texts)
+            features = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in features.items()}
+            out.append(F.normalize(self.guide(features)["sentence_embedding"].detach(), p=2, dim=1))
+        return out
+
+    def keep(self, guide_anchors: Tensor, guide_positives: Tensor, guide_candidates: Tensor) -> Tensor:
+        """``(b, n)`` True where candidate ``j`` may stay a negative of anchor ``i``.
+
+        guide_anchors, guide_positives: ``(b, D)`` (row i: anchor i and its positive);
+        guide_candidates: ``(n, D)``; all normalised."""
+        scores = guide_anchors @ guide_candidates.T.to(guide_anchors.dtype)
+        positive_scores = (guide_anchors * guide_positives).sum(dim=1)
+        return false_negative_mask(scores, positive_scores, absolute_margin=self.margin)
+
+
+def _tokenizer_vocab(model: nn.Module) -> dict | None:
+    tokenizer = getattr(model, "tokenizer", None)
+    return tokenizer.get_vocab() if tokenizer is not None and hasattr(tokenizer, "get_vocab") else None

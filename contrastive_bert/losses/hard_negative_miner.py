@@ -1,0 +1,115 @@
+"""Choose each anchor's negatives in the queue: which rows count as plain negatives, which are
+its hard negatives. Scoring them is :func:`contrastive_bert.losses.infonce_math.queue_infonce_loss`.
+
+The false-negative filters (:func:`contrastive_bert.mining.false_negative_mask`) drop the anchor's
+and positive's own text, rows of the same group (label or anchor text), rows scoring above the
+margins relative to the positive, above ``max_score`` or above ``perc_pos`` x the positive score,
+and rows an outside ``keep`` mask rejects (the guide model's filter). The hard negatives are the
+filtered rows ranked ``[offset, offset + k)`` (curriculum: :class:`~contrastive_bert.mining.HardnessSchedule`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from contrastive_bert.mining import (
+    HardnessSchedule,
+    faiss_available,
+    false_negative_mask,
+    mine_hard_negatives,
+    select_top_ranked,
+)
+
+__all__ = ["HardNegativeMiner", "MinedNegatives"]
+
+
+@dataclass
+class MinedNegatives:
+    """queue_mask ``(b, n)``: rows used as plain negatives (None: none); hard_index ``(b, k)``:
+    each anchor's hard-negative rows, ``-1`` = padding (None: none)."""
+
+    queue_mask: Tensor | None = None
+    hard_index: Tensor | None = None
+
+    def hard_keys(self, keys: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        """``(b, k, d)`` hard-negative vectors and their ``(b, k)`` validity mask."""
+        if self.hard_index is None:
+            return None, None
+        return keys[self.hard_index.clamp(min=0)], self.hard_index >= 0
+
+
+@dataclass
+class HardNegativeMiner:
+    """See the module docstring; the fields are the queue losses' options of the same names."""
+
+    num_hard_negatives: int = 0
+    use_queue_negatives: bool = True
+    filter_queue_negatives: bool = True
+    absolute_margin: float | None = None
+    relative_margin: float | None = 0.05
+    max_score: float | None = None
+    perc_pos: float | None = None
+    schedule: HardnessSchedule = field(default_factory=HardnessSchedule)
+    backend: Literal["auto", "faiss", "torch"] = "auto"
+    index_type: Literal["flat", "ivf", "hnsw"] = "flat"
+    use_gpu: bool | None = None
+
+    @torch.no_grad()
+    def select(
+        self,
+        anchors: Tensor,
+        positive_scores: Tensor,
+        keys: Tensor,
+        step: int,
+        *,
+        key_ids: Tensor | None = None,
+        key_groups: Tensor | None = None,
+        anchor_ids: Tensor | None = None,
+        positive_ids: Tensor | None = None,
+        anchor_groups: Tensor | None = None,
+        keep: Tensor | None = None,
+    ) -> MinedNegatives:
+        """anchors ``(b, d)`` and keys ``(n, d)`` normalised, positive_scores ``(b,)`` cosines;
+        ids/groups ``(n,)`` / ``(b,)``; keep ``(b, n)`` an extra filter; step: for the curriculum."""
+        k = self.num_hard_negatives
+        if keys.shape[0] == 0 or not (self.use_queue_negatives or k > 0):
+            return MinedNegatives()
+        anchors, keys = anchors.detach(), keys.detach()
+        offset = self.schedule.offset(step, k)
+        margins = dict(absolute_margin=self.absolute_margin, relative_margin=self.relative_margin,
+                       max_score=self.max_score, perc_pos=self.perc_pos)
+        groups = key_groups if anchor_groups is not None else None
+        if not self.use_queue_negatives:
+            scores = None
+            if keep is not None:  # the outside filter needs every score: exact search
+                scores = (anchors @ keys.T.to(anchors.dtype)).masked_fill(~keep, -math.inf)
+            backend = "faiss" if self.backend == "auto" and faiss_available() else self.backend
+            hard_index = mine_hard_negatives(
+                anchors, positive_scores, keys, k, key_ids=key_ids, anchor_ids=anchor_ids, positive_ids=positive_ids,
+                key_labels=key_groups, anchor_labels=anchor_groups, offset=offset, scores=scores,
+                backend="torch" if backend == "auto" else backend, index_type=self.index_type, use_gpu=self.use_gpu,
+                **margins,
+            )
+            return MinedNegatives(hard_index=hard_index)
+        scores = anchors @ keys.T.to(anchors.dtype)
+        filtered = false_negative_mask(scores, positive_scores, key_ids, anchor_ids, positive_ids, groups, anchor_groups, **margins)
+        if keep is not None:
+            filtered &= keep
+        if self.filter_queue_negatives:
+            queue_mask = filtered.clone()
+        else:
+            queue_mask = false_negative_mask(scores, positive_scores, key_ids, anchor_ids, positive_ids)
+            if keep is not None:
+                queue_mask &= keep
+        if k == 0:
+            return MinedNegatives(queue_mask=queue_mask)
+        hard_index = select_top_ranked(scores, filtered, k, offset)
+        # each row counts once: the mined rows leave the plain negatives for the hard block
+        chosen = torch.zeros(queue_mask.shape, dtype=torch.int32, device=queue_mask.device)
+        chosen.scatter_add_(1, hard_index.clamp(min=0), (hard_index >= 0).to(torch.int32))
+        return MinedNegatives(queue_mask=queue_mask & (chosen == 0), hard_index=hard_index)
