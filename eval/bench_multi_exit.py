@@ -28,8 +28,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from contrastive_bert.data import resolve_data_dir
+
 RESULTS = Path(__file__).resolve().parent / "results"
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA_DIR = resolve_data_dir()  # --data-dir-less script: $CONTRASTIVE_BERT_DATA, else the hub
 
 
 def stratified_subsample(labels: list[int], size: int, seed: int) -> list[int]:

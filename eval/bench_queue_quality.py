@@ -21,7 +21,6 @@ Writes eval/results/queue_quality_<settings>.json (+ .png).
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 import torch
 
 from contrastive_bert.benchmarking import mean_std, write_results
+from contrastive_bert.data import resolve_data_dir
 from contrastive_bert.evaluation.tasks import evaluate_task
 from contrastive_bert.models import load_model
 from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
@@ -36,7 +36,7 @@ from contrastive_bert.training.queue_checkpoint import queue_callbacks
 from contrastive_bert.training.train_data import build_train_dataset
 
 RESULTS = Path(__file__).parent / "results" / "queue_quality.json"
-DEFAULT_DATA = os.environ.get("CONTRASTIVE_BERT_DATA", str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+DEFAULT_DATA = resolve_data_dir()  # $CONTRASTIVE_BERT_DATA, else the hub
 
 METHODS: dict[str, tuple[str, dict]] = {
     "mnrl": ("mnrl", {"scale": 20.0}),

@@ -33,8 +33,10 @@ from pathlib import Path
 
 import torch
 
+from contrastive_bert.data import resolve_data_dir
+
 RESULTS = Path(__file__).parent / "results" / "queue_speed.json"
-DEFAULT_DATA = os.environ.get("CONTRASTIVE_BERT_DATA", str(Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+DEFAULT_DATA = resolve_data_dir()  # $CONTRASTIVE_BERT_DATA, else the hub
 
 
 def _pairs(data_dir: str, n: int, seed: int = 0) -> tuple[list[str], list[str]]:

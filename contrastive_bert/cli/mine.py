@@ -69,25 +69,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _load_pairs(args: argparse.Namespace):
-    """The (anchor, positive) Dataset to mine for."""
-    import datasets
+    """The (anchor, positive) Dataset to mine for: a registered data set or a data file (its format
+    inferred from its columns, or pairs of ``--anchor-column``/``--positive-column``)."""
+    from contrastive_bert.data import load_dataset, positive_pairs, resolve_dataset_argument
 
-    source = Path(args.dataset).expanduser()
-    if source.suffix.lower() in FILE_BUILDERS:
-        if not source.is_file():
-            raise ValueError(f"dataset: file not found: {source}")
-        kwargs = {"delimiter": "\t"} if source.suffix.lower() == ".tsv" else {}
-        loaded = datasets.load_dataset(FILE_BUILDERS[source.suffix.lower()], data_files={"train": str(source)}, split="train", **kwargs)
-        anchor = args.anchor_column or loaded.column_names[0]
-        positive = args.positive_column or (loaded.column_names[1] if len(loaded.column_names) > 1 else None)
-        for name, column in (("anchor-column", anchor), ("positive-column", positive)):
-            if column not in loaded.column_names:
-                raise ValueError(f"{name}: {column!r} is not a column of {source} ({loaded.column_names})")
-        return datasets.Dataset.from_dict({"anchor": loaded[anchor], "positive": loaded[positive]})
-    from contrastive_bert.data import load_dataset, positive_pairs
-
-    split = load_dataset(args.dataset, split=args.split, data_dir=args.data_dir)
-    return positive_pairs(split, min_score=args.min_pair_score)
+    columns = {c: ours for c, ours in ((args.anchor_column, "anchor"), (args.positive_column, "positive")) if c}
+    spec = resolve_dataset_argument(args.dataset, format="pairs" if columns else None, columns=columns)
+    split = load_dataset(spec, split=args.split, data_dir=args.data_dir)
+    return positive_pairs(split, min_score=args.min_pair_score, keep_negatives=False)
 
 
 def _check_args(args: argparse.Namespace) -> Path:
