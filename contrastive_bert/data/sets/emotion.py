@@ -10,14 +10,10 @@ from contrastive_bert.data.spec import DatasetSpec, MtebCard
 
 def read_file(path: Path) -> dict[str, list]:
     """``text;label_name`` per line (a ``text;label_name`` header line is skipped)."""
-    columns: dict[str, list] = {"text": [], "label": []}
-    for line in require_file(path).read_text(encoding="utf-8").splitlines():
-        if not line.strip() or line.strip() == "text;label_name":
-            continue
-        text, label = line.rsplit(";", 1)
-        columns["text"].append(text)
-        columns["label"].append(label)
-    return columns
+    lines = [line for line in require_file(path).read_text(encoding="utf-8").splitlines()
+             if line.strip() and line.strip() != "text;label_name"]
+    rows = [line.rsplit(";", 1) for line in lines]
+    return {"text": [text for text, _ in rows], "label": [label for _, label in rows]}
 
 
 DATASET = DatasetSpec(
