@@ -99,7 +99,7 @@ def test_parse_eval_flags():
     args = build_cli().parse_args(["eval", "--tasks", "stsb,mrpc", "--data-dir", "d", "--output", "o.json"])
     assert args.func.__name__ == "run_eval"
     assert (args.model, args.tasks, args.data_dir, args.output, args.split, args.batch_size, args.overwrite) == (
-        "default", "stsb,mrpc", "d", "o.json", "test", 64, False)
+        "default", ["stsb", "mrpc"], "d", "o.json", "test", 64, False)
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])
@@ -176,7 +176,7 @@ def test_eval_errors(tmp_path, shared_data, capsys, no_model):
     existing = tmp_path / "scores.json"
     existing.write_text("{}")
     err = _error(capsys, ["eval", "--data-dir", str(shared_data), "--output", str(existing)])
-    assert f"--output: {existing} exists; pass --overwrite to replace it" in err
+    assert f"--output: {existing} already exists; pass --overwrite to replace it" in err
     assert existing.read_text() == "{}"
     assert "model: expected 'default'" in _error(capsys, ["eval", "--model", " "])
 
@@ -211,3 +211,82 @@ def test_format_tables():
     assert lines[2].split() == ["mrpc", "nan", "60.00"]
     table = format_results({"stsb": {"main_score": 82.034, "cosine_pearson": 84.5, "num_pairs": 1379}})
     assert table.splitlines()[1].split() == ["stsb", "82.03", "cosine_pearson=84.50"]
+
+
+# --------------------------------------------------------------------------- one vocabulary
+
+
+def _help(command: str) -> str:
+    parser = build_cli()
+    subparsers = next(a for a in parser._actions if a.dest == "command").choices
+    return subparsers[command].format_help() if command else parser.format_help()
+
+
+@pytest.mark.parametrize("command", ["", "train", "eval", "mine", "classify", pytest.param("early-exit", marks=pytest.mark.xfail(
+    reason="early-exit is being rebuilt (its help prints the module docstring's ``markup``)", strict=False))])
+def test_help_defaults_are_clean(command):
+    text = " ".join(_help(command).split())  # undo line wrapping
+    assert "['" not in text and "(default: None)" not in text and "==SUPPRESS==" not in text
+    assert "hub) (default" not in text  # the data-dir default said once
+    assert "``" not in text  # no raw markup
+
+
+def test_shared_flags_read_the_same_everywhere():
+    spelled = {}
+    for command in ("train", "eval", "mine", "classify"):
+        parser = next(a for a in build_cli()._actions if a.dest == "command").choices[command]
+        for action in parser._actions:
+            for flag in action.option_strings:
+                spelled.setdefault(flag, {})[command] = action
+    assert {"--model", "--batch-size", "--overwrite", "--verbose", "--quiet"} <= {
+        f for f, where in spelled.items() if len(where) == 4}
+    assert spelled["--data-dir"]["train"].help == spelled["--data-dir"]["eval"].help == spelled["--data-dir"]["mine"].help
+    assert set(spelled["--output-dir"]) == {"train", "mine"} and set(spelled["--output"]) == {"eval", "mine", "classify"}
+    assert spelled["--output"]["eval"].metavar == "FILE" and spelled["--output-dir"]["train"].metavar == "DIR"
+    assert "--datasets" in spelled and set(spelled["--dataset"]) == {"mine"} and set(spelled["--tasks"]) == {"eval"}
+    assert spelled["--mixed-precision"]["train"].choices == ("no", "fp16", "bf16", "auto")
+
+
+def test_classify_follows_the_overwrite_rule(tmp_path, capsys, no_model):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("hello\n")
+    existing = tmp_path / "labels.jsonl"
+    existing.write_text("old\n")
+    err = _error(capsys, ["classify", "--labels", "a,b", "--input", str(texts), "--output", str(existing)])
+    assert f"--output: {existing} already exists; pass --overwrite to replace it" in err
+    assert existing.read_text() == "old\n"
+
+
+def test_mine_follows_the_overwrite_rule_for_files_and_folders(tmp_path, capsys, no_model):
+    (tmp_path / "mined").mkdir()
+    (tmp_path / "mined.jsonl").write_text("{}\n")
+    err = _error(capsys, ["mine", "--dataset", "stsb", "--output-dir", str(tmp_path / "mined")])
+    assert "--output-dir: " in err and "already exists; pass --overwrite" in err
+    assert "--output: " in _error(capsys, ["mine", "--dataset", "stsb", "--output", str(tmp_path / "mined.jsonl")])
+    assert "use --output-dir for a folder" in _error(capsys, ["mine", "--dataset", "stsb", "--output", str(tmp_path / "new")])
+
+
+@pytest.mark.parametrize("flag, level", [([], "INFO"), (["--verbose"], "DEBUG"), (["-q"], "ERROR")])
+def test_verbosity_configures_logging_once(flag, level, tmp_path, capsys, no_model):
+    import logging
+
+    before = logging.getLogger().level
+    try:
+        _error(capsys, ["eval", *flag, "--tasks", "stsbb"])
+        assert logging.getLogger().level == getattr(logging, level)
+    finally:
+        logging.getLogger().setLevel(before)
+    handlers = [h for h in logging.getLogger().handlers if type(h).__name__ == "_StderrHandler"]
+    assert len(handlers) == 1
+
+
+def test_help_imports_no_heavy_library():
+    """--help stays fast: torch, transformers, datasets... are imported only when a subcommand runs."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "contrastive_bert.cli", "--help"],
+                            capture_output=True, text=True, check=True)
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "train" in result.stdout and "contrastive_bert" in imported
+    assert not imported & {"torch", "transformers", "sentence_transformers", "datasets", "mteb", "faiss", "numpy", "yaml"}

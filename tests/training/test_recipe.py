@@ -4,6 +4,7 @@ the output-directory policy and the no-model checks of ``check_recipe``."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -333,3 +334,84 @@ def test_bundled_recipes_build_their_losses(tiny_model, shared_data):
         rows = build_train_dataset(recipe.datasets, entry.data_format, data_dir=str(shared_data), max_samples=64)
         loss = entry.build(copy.deepcopy(tiny_model), rows, recipe)
         assert loss.get_config_dict() is not None, path.name
+
+
+# --------------------------------------------------------------------------- loss options without a model
+
+
+class _CheckedLoss:
+    """A loss class with the check_options contract, for the registry tests."""
+
+    def __init__(self, model, temperature: float = 0.1, size: int = 4) -> None:
+        self.check_options({"temperature": temperature, "size": size})
+
+    @classmethod
+    def check_options(cls, options) -> None:
+        if "temperature" in options and not options["temperature"] > 0:
+            raise ValueError(f"loss_options.temperature: expected a positive number, got {options['temperature']}")
+
+
+def test_every_registered_loss_names_its_options():
+    for name, entry in LOSSES.items():
+        assert entry.options_from, f"{name}: register it with options_from=('module:LossClass',)"
+        assert entry.option_names(), name
+
+
+def test_loss_options_checked_against_the_signature_and_the_class(monkeypatch):
+    import sys
+    import types
+
+    module = types.ModuleType("fake_losses")
+    module.CheckedLoss = _CheckedLoss
+    monkeypatch.setitem(sys.modules, "fake_losses", module)
+    entry = LossEntry("checked", "pairs", lambda *a: None, options_from=("fake_losses:CheckedLoss",), extra_options=("cached",))
+    assert entry.option_names() == {"temperature", "size", "cached"}  # model is the builder's, not an option
+    entry.check_options({"temperature": 0.5, "cached": True})
+    with pytest.raises(ValueError, match=r"^loss_options.temprature: unknown option of loss 'checked' \(did you mean 'temperature'\?\); options are cached, size, temperature$"):
+        entry.check_options({"temprature": 0.5})
+    with pytest.raises(ValueError, match=r"^loss_options.temperature: expected a positive number, got 0$"):
+        entry.check_options({"temperature": 0})
+    with pytest.raises(ValueError, match="loss_options: expected a mapping"):
+        entry.check_options(["temperature"])
+
+
+@pytest.mark.parametrize("name, options, message", [
+    ("mnrl", {"scale": -1}, "loss_options.scale: expected a positive number, got -1"),
+    ("mnrl", {"scale": True}, "loss_options.scale: expected a positive number, got True"),
+    ("cached_mnrl", {"mini_batch_size": 2.5}, "loss_options.mini_batch_size: expected a positive integer, got 2.5"),
+    ("cosent", {"scael": 1}, "did you mean 'scale'"),
+])
+def test_sentence_transformers_loss_options(name, options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        get_loss_entry(name).check_options(options)
+    get_loss_entry(name).check_options({"scale": 20.0})
+
+
+def test_check_recipe_checks_loss_options(tmp_path):
+    with pytest.raises(ValueError, match="loss_options.scael: unknown option of loss 'mnrl'"):
+        check_recipe(TrainingRecipe(loss_options={"scael": 1}, output_dir=str(tmp_path / "run")))
+    assert not (tmp_path / "run").exists()
+
+
+# --------------------------------------------------------------------------- resume as recorded
+
+
+def test_resume_overrides_and_conflicts(tmp_path):
+    recorded = TrainingRecipe(loss="cosent", batch_size=8, max_steps=10, output_dir=str(tmp_path))
+    write_json(tmp_path / "recipe.json", recorded.recorded())
+    resumed = TrainingRecipe.for_resume(tmp_path, {"max_steps": 20})
+    assert resumed.loss == "cosent" and resumed.batch_size == 8 and resumed.max_steps == 20 and resumed.resume
+    assert resumed.resume_overrides(recorded) == {"max_steps": (10, 20)}
+    assert TrainingRecipe.for_resume(tmp_path, {"batch_size": 8, "datasets": "stsb"}).batch_size == 8  # same values: fine
+    with pytest.raises(ValueError, match=r"^batch_size: the run in .* was recorded with 8, got 32; --resume continues a run as recorded"):
+        TrainingRecipe.for_resume(tmp_path, {"batch_size": 32})
+    with pytest.raises(ValueError, match=r"^loss_options: the run in .* was recorded with \{\}, got \{'scale': 5\}"):
+        TrainingRecipe.for_resume(tmp_path, {"loss_options": {"scale": 5}})
+    with pytest.raises(ValueError, match=r"^resume: .*recipe.json not found"):
+        TrainingRecipe.for_resume(tmp_path / "other", {})
+
+
+def test_write_json_is_strict_json(tmp_path, caplog):
+    path = write_json(tmp_path / "r.json", {"a": float("nan"), "b": [1.0, float("inf")], "c": 2})
+    assert json.loads(path.read_text()) == {"a": None, "b": [1.0, None], "c": 2}
+    assert "r.json.a: nan is not a finite number" in caplog.text
