@@ -31,6 +31,7 @@ from mteb.abstasks.sts import AbsTaskSTS
 from mteb.abstasks.task_metadata import TaskMetadata
 
 from contrastive_bert.data import DATA_DIR_ENV, REGISTRY, DatasetSpec, get_dataset, load_dataset, resolve_data_dir
+from contrastive_bert.data.hub import hub_reachable, offline_message
 
 logger = logging.getLogger(__name__)
 
@@ -243,6 +244,13 @@ def get_mteb_tasks(
     root = resolve_data_dir(data_dir)
     use_stock = online or root is None
     stock = stock_tasks()
+    if use_stock and not hub_reachable():  # fail here, before any model loads, not inside mteb.evaluate
+        if root is None:
+            raise ValueError(offline_message(get_dataset(canonical[0])))
+        offline = [stock[name] for name in canonical if name in stock]
+        if offline:
+            raise ValueError(f"online: the stock mteb tasks {offline} need the hub, which is unreachable; "
+                             f"drop online (--online) to evaluate the local files under {root}")
     if use_stock and any(name in stock for name in canonical):
         reason = "online=True" if online else f"no local data (pass data_dir or set {DATA_DIR_ENV})"
         logger.info("Using stock mteb tasks (%s); mteb downloads their data from the hub", reason)

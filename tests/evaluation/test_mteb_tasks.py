@@ -143,6 +143,7 @@ def test_output_folder_gets_mteb_result_files(tiny_model, shared_data, tmp_path)
 
 def test_get_mteb_tasks_local_vs_stock(shared_data, monkeypatch):
     monkeypatch.delenv("CONTRASTIVE_BERT_DATA", raising=False)
+    monkeypatch.setattr("contrastive_bert.evaluation.mteb_tasks.hub_reachable", lambda: True)  # as online
     local = get_mteb_tasks(["stsb", "Banking77Classification", "emotion"], data_dir=shared_data)
     assert [t.metadata.name for t in local] == [
         "LocalSTSBenchmark",
@@ -160,6 +161,16 @@ def test_get_mteb_tasks_local_vs_stock(shared_data, monkeypatch):
     assert [t.metadata.name for t in no_data] == ["STSBenchmark", "LocalMRPCPairClassification"]
     monkeypatch.setenv("CONTRASTIVE_BERT_DATA", str(shared_data))
     assert get_mteb_tasks(["stsb"])[0].metadata.name == "LocalSTSBenchmark"
+
+
+def test_offline_without_local_data_is_one_line_error(shared_data, monkeypatch):
+    monkeypatch.delenv("CONTRASTIVE_BERT_DATA", raising=False)
+    monkeypatch.setattr("contrastive_bert.evaluation.mteb_tasks.hub_reachable", lambda: False)
+    with pytest.raises(ValueError, match=r"dataset 'stsb': no local data root given .* pass --data-dir DIR or set CONTRASTIVE_BERT_DATA=DIR"):
+        get_mteb_tasks(["stsb", "mrpc"])
+    with pytest.raises(ValueError, match=r"online: the stock mteb tasks \['Banking77Classification'\] need the hub, which is unreachable"):
+        get_mteb_tasks(["banking77", "sst2"], data_dir=shared_data, online=True)
+    assert [t.metadata.name for t in get_mteb_tasks(["stsb"], data_dir=shared_data)] == ["LocalSTSBenchmark"]
 
 
 def test_bad_arguments_raise_value_error(shared_data):
