@@ -58,7 +58,9 @@ class GuideFilter(nn.Module):
     def embed(self, sentence_features: Sequence[dict[str, Tensor]]) -> list[Tensor]:
         """Normalised guide embeddings ``(B, D_guide)`` of each tokenised column."""
         self.guide.eval()
-        device = next(self.guide.parameters()).device
+        device = _features_device(sentence_features[0]) or next(self.guide.parameters()).device
+        if next(self.guide.parameters()).device != device:  # follow the trained model (e.g. onto the GPU)
+            self.guide.to(device)
         out = []
         for features in sentence_features:
             if self.must_retokenize:
@@ -76,6 +78,10 @@ class GuideFilter(nn.Module):
         scores = guide_anchors @ guide_candidates.T.to(guide_anchors.dtype)
         positive_scores = (guide_anchors * guide_positives).sum(dim=1)
         return false_negative_mask(scores, positive_scores, absolute_margin=self.margin)
+
+
+def _features_device(features: dict[str, Tensor]) -> torch.device | None:
+    return next((v.device for v in features.values() if isinstance(v, Tensor)), None)
 
 
 def _tokenizer_vocab(model: nn.Module) -> dict | None:

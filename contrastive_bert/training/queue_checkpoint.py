@@ -52,7 +52,10 @@ def load_queue_state(loss: nn.Module | dict[str, nn.Module], directory: str | os
     if not path.is_file():
         return False
     saved: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
-    for name, module in _queue_losses(loss).items():
+    modules = _queue_losses(loss)
+    if len(modules) == 1 and len(saved) == 1:  # one queue each side: its name may differ (a loss wrapped since)
+        saved = {next(iter(modules)): next(iter(saved.values()))}
+    for name, module in modules.items():
         if name not in saved:
             raise ValueError(f"checkpoint: {path} has no queue state for loss {name!r} (has {sorted(saved)})")
         module.load_queue_state_dict(saved[name])

@@ -131,3 +131,20 @@ def test_trains_from_a_recipe(tiny_model, tmp_path):
     assert isinstance(loss, QueueCoSENTLoss) and loss.score_weight == 0.5 and loss.queue.size == 16
     fit(tiny_model, data, loss, recipe, str(tmp_path / "run"), batch_sampler=entry.batch_sampler)
     assert int(loss.queue_loss.num_steps) == 2
+
+
+def test_checkpoint_round_trip_through_the_callback(tiny_model, tmp_path):
+    from contrastive_bert.training.queue_checkpoint import load_queue_state, save_queue_state
+
+    tiny_model.train()
+    loss = QueueCoSENTLoss(tiny_model, queue_size=8)
+    loss(_features(tiny_model), SCORES)
+    save_queue_state(loss, tmp_path)
+    fresh = QueueCoSENTLoss(tiny_model)
+    assert load_queue_state(fresh, tmp_path)
+    torch.testing.assert_close(fresh.queue.embeddings, loss.queue.embeddings)
+    # the same queue state also restores into the plain queue loss (one queue on each side)
+    from contrastive_bert.losses.queue_infonce import QueueInfoNCELoss
+
+    plain = QueueInfoNCELoss(tiny_model)
+    assert load_queue_state(plain, tmp_path) and len(plain.queue) == 2
