@@ -1,0 +1,399 @@
+"""Which loss trains the best embedding model from pairs, at a realistic budget?
+
+The protocol (same for every method):
+
+* base model: the bundled all-MiniLM-L6-v2; batch 32 (the cached losses: batch 256, mini-batch
+  32), sequence length 64, warm-up 10%, the same number of epochs (3) over the setting's data;
+* settings: ``sts`` (train: STS-B train — its scores for the score-aware losses, its pairs with
+  score >= 0.8 as positives — plus MRPC paraphrases; dev: STS-B validation; test: STS-B test
+  Spearman) and ``answer_selection`` (train: its question-answer pairs; dev/test: MRR);
+* tuning: each method's own hyperparameters chosen on the **dev split only**, at most 3
+  configurations with seed 0, the same number for every method; then the chosen configuration
+  with seeds 0, 1, 2 (seed 0 is the tuning run), test mean and std;
+* general ability: zero-shot Banking77 accuracy by label names (all 77 intents, template
+  "This text is about {}.") for every trained model.
+
+Resumable: every finished run is appended to ``pairs_quality_runs.jsonl`` and skipped on restart;
+the summary ``pairs_quality.json`` (+ ``pairs_quality.png``) is rebuilt from that log after every
+run, so partial results are always valid. Methods run in the order of ``METHODS``.
+
+    OMP_NUM_THREADS=1 nohup .venv/bin/python eval/bench_pairs_quality.py --threads 1 > pairs.log 2>&1 &
+    .venv/bin/python eval/bench_pairs_quality.py --settings sts --seeds 0 1 2 --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from contrastive_bert.benchmarking import environment, mean_std
+from contrastive_bert.data import load_dataset, resolve_data_dir
+from contrastive_bert.evaluation.tasks import evaluate_split
+from contrastive_bert.models import load_model
+from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
+from contrastive_bert.training.train_data import build_train_dataset
+
+logger = logging.getLogger("bench_pairs_quality")
+RESULTS = Path(__file__).resolve().parent / "results"
+EPOCHS = 3
+BATCH_SIZE = 32
+CACHED_BATCH_SIZE = 256
+MAX_SEQ_LENGTH = 64
+ZERO_SHOT_TEMPLATE = "This text is about {}."
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of the table: a loss (registry name, or a builder for sentence-transformers losses
+    the registry does not list), its training-data format, and the configurations tuned on dev."""
+
+    loss: str
+    baseline: bool
+    configs: tuple[dict[str, Any], ...]  # each: loss options plus optional "learning_rate"
+    data_format: str | None = None  # None: the registry entry's; "triplets": offline-mined (a, p, n)
+    batch_size: int = BATCH_SIZE
+    build: Callable[..., torch.nn.Module] | None = None
+    settings: tuple[str, ...] = ("sts", "answer_selection")
+    note: str = ""
+
+
+def _angle(model, train_dataset, options):
+    from sentence_transformers.sentence_transformer.losses import AnglELoss
+
+    return AnglELoss(model, **options)
+
+
+def _gist(model, train_dataset, options):
+    from sentence_transformers.sentence_transformer.losses import GISTEmbedLoss
+
+    guide = load_model("default", device=str(model.device))
+    guide.max_seq_length = MAX_SEQ_LENGTH
+    for parameter in guide.parameters():
+        parameter.requires_grad_(False)
+    return GISTEmbedLoss(model, guide, **options)
+
+
+def _mnrl(model, train_dataset, options):
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    return MultipleNegativesRankingLoss(model, **options)
+
+
+LR = (2e-5, 5e-5)  # the shared knob: every method gets the same two learning rates ...
+# ... and, where it has one, a third configuration of its own temperature/scale at the first rate.
+METHODS: dict[str, Method] = {
+    "mnrl": Method("mnrl", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
+                                  {"scale": 50.0, "learning_rate": LR[0]})),
+    "cosent": Method("cosent", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
+                                      {"scale": 50.0, "learning_rate": LR[0]}), settings=("sts",)),
+    "queue_cosent": Method("queue_cosent", False, (
+        {"infonce_weight": 1.0, "temperature": 0.05, "learning_rate": LR[0]},
+        {"infonce_weight": 1.0, "temperature": 0.05, "learning_rate": LR[1]},
+        {"infonce_weight": 0.3, "temperature": 0.05, "learning_rate": LR[0]}), settings=("sts",),
+        note="CoSENT over all STS-B train pairs + queue InfoNCE over pairs >= 0.8, pairs <= 0.4 as negatives"),
+    "queue_guide": Method("queue_infonce", False, (
+        {"temperature": 0.05, "guide_model": "default", "learning_rate": LR[0]},
+        {"temperature": 0.05, "guide_model": "default", "learning_rate": LR[1]},
+        {"temperature": 0.02, "guide_model": "default", "learning_rate": LR[0]}),
+        note="queue negatives vetoed by the frozen bundled model (GISTEmbed's rule)"),
+    "queue_hard": Method("queue_infonce", False, (
+        {"temperature": 0.05, "num_hard_negatives": 8, "hard_negative_share": 0.15, "learning_rate": LR[0]},
+        {"temperature": 0.05, "num_hard_negatives": 8, "hard_negative_share": 0.15, "learning_rate": LR[1]},
+        {"temperature": 0.02, "num_hard_negatives": 8, "hard_negative_share": 0.15, "learning_rate": LR[0]})),
+    "angle": Method("angle", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
+                                    {"scale": 50.0, "learning_rate": LR[0]}), data_format="scored_pairs", build=_angle,
+                    settings=("sts",)),
+    "queue": Method("queue_infonce", False, (
+        {"temperature": 0.05, "learning_rate": LR[0]}, {"temperature": 0.05, "learning_rate": LR[1]},
+        {"temperature": 0.02, "learning_rate": LR[0]})),
+    "gist": Method("gist", True, ({"temperature": 0.01, "learning_rate": LR[0]}, {"temperature": 0.01, "learning_rate": LR[1]},
+                                  {"temperature": 0.05, "learning_rate": LR[0]}), data_format="pairs", build=_gist,
+                   note="guide: the frozen bundled model"),
+    "mnrl_hardness": Method("mnrl", True, (
+        {"hardness_mode": "in_batch_negatives", "hardness_strength": 1.0, "learning_rate": LR[0]},
+        {"hardness_mode": "in_batch_negatives", "hardness_strength": 1.0, "learning_rate": LR[1]},
+        {"hardness_mode": "in_batch_negatives", "hardness_strength": 5.0, "learning_rate": LR[0]})),
+    "mnrl_mined": Method("mnrl", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
+                                        {"scale": 50.0, "learning_rate": LR[0]}), data_format="triplets", build=_mnrl,
+                         note="triplets mined offline by the untrained model (ST mine_hard_negatives, relative margin 0.05)"),
+    "cached_mnrl": Method("cached_mnrl", True, (
+        {"mini_batch_size": 32, "learning_rate": LR[1]}, {"mini_batch_size": 32, "learning_rate": 1e-4},
+        {"mini_batch_size": 32, "scale": 50.0, "learning_rate": LR[1]}), batch_size=CACHED_BATCH_SIZE),
+    "cached_queue": Method("queue_infonce", False, (
+        {"temperature": 0.05, "cached": True, "mini_batch_size": 32, "learning_rate": LR[1]},
+        {"temperature": 0.05, "cached": True, "mini_batch_size": 32, "learning_rate": 1e-4},
+        {"temperature": 0.02, "cached": True, "mini_batch_size": 32, "learning_rate": LR[1]}), batch_size=CACHED_BATCH_SIZE),
+}
+SETTINGS = {
+    "sts": {"datasets": ["stsb", "mrpc"], "scored_datasets": ["stsb"], "task": "stsb", "metric": "main_score",
+            "extra_metrics": ["cosine_pearson"]},
+    "answer_selection": {"datasets": ["answer_selection"], "scored_datasets": None, "task": "answer_selection",
+                         "metric": "mrr", "extra_metrics": ["map"]},
+}
+
+
+def run_key(setting: str, method: str, config: int, seed: int) -> str:
+    return f"{setting}/{method}/{config}/{seed}"
+
+
+def read_runs(path: Path) -> dict[str, dict]:
+    runs: dict[str, dict] = {}
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                run = json.loads(line)
+                runs[run["key"]] = run
+    return runs
+
+
+def append_run(path: Path, run: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(run, allow_nan=False) + "\n")
+
+
+def _mined_triplets(pairs, device: str | None):
+    """(anchor, positive, negative) rows: one hard negative per pair, mined by the untrained model
+    among the positives with NV-Retriever's TopK-PercPos (negative score < 0.95 x positive score)."""
+    from sentence_transformers.util import mine_hard_negatives
+
+    miner = load_model("default", device=device)
+    miner.max_seq_length = MAX_SEQ_LENGTH
+    return mine_hard_negatives(pairs, miner, anchor_column_name="anchor", positive_column_name="positive",
+                               num_negatives=1, relative_margin=0.05, sampling_strategy="top",
+                               use_faiss=False, batch_size=128, output_format="triplet", verbose=False)
+
+
+def train_rows(setting: str, method: Method, data_dir: str, seed: int, device: str | None, cache: dict):
+    """The training rows of ``method`` in ``setting`` (the same rows for every seed but shuffled by it)."""
+    spec = SETTINGS[setting]
+    data_format = method.data_format or get_loss_entry(method.loss).data_format
+    if data_format == "scored_pairs" and spec["scored_datasets"] is None:
+        raise ValueError(f"{setting}: has no graded pairs for a score-aware loss")
+    key = (setting, data_format)
+    if key not in cache:
+        if data_format == "triplets":
+            pairs = build_train_dataset(spec["datasets"], "pairs", data_dir=data_dir, seed=0)
+            cache[key] = _mined_triplets(pairs, device)
+        elif data_format == "scored_pairs":
+            cache[key] = build_train_dataset(spec["scored_datasets"], "scored_pairs", data_dir=data_dir, seed=0)
+        else:
+            cache[key] = build_train_dataset(spec["datasets"], data_format, data_dir=data_dir, seed=0)
+    return cache[key].shuffle(seed=seed)
+
+
+def zero_shot_banking77(model, data_dir: str) -> float:
+    from contrastive_bert.inference import ZeroShotClassifier
+
+    test = load_dataset("banking77", split="test", data_dir=data_dir)
+    names = test.features["label"].names
+    classifier = ZeroShotClassifier(model, [n.replace("_", " ") for n in names], template=ZERO_SHOT_TEMPLATE, batch_size=128)
+    predicted = classifier.similarities(test["text"]).argmax(axis=1)
+    return float((predicted == torch.tensor(test["label"]).numpy()).mean() * 100)
+
+
+def score(model, setting: str, data_dir: str, splits) -> dict[str, Any]:
+    spec = SETTINGS[setting]
+    dev = evaluate_split(model, spec["task"], splits, split="validation")
+    test = evaluate_split(model, spec["task"], splits, split="test")
+    return {
+        "dev": dev[spec["metric"]],
+        "test": test[spec["metric"]],
+        "test_extra": {m: test[m] for m in spec["extra_metrics"] if m in test},
+        "zero_shot_banking77": zero_shot_banking77(model, data_dir),
+    }
+
+
+def run_one(setting: str, name: str, config_index: int, seed: int, args, cache: dict, splits) -> dict:
+    method = METHODS[name]
+    config = dict(method.configs[config_index])
+    learning_rate = config.pop("learning_rate", LR[0])
+    rows = train_rows(setting, method, args.data_dir, seed, args.device, cache)
+    recipe = TrainingRecipe(
+        datasets=SETTINGS[setting]["datasets"], loss=method.loss if method.build is None else "mnrl",
+        loss_options=dict(config), epochs=EPOCHS, batch_size=method.batch_size, learning_rate=learning_rate,
+        max_seq_length=MAX_SEQ_LENGTH, seed=seed, save_steps=10**6, eval_steps=10**6, logging_steps=25,
+        data_dir=args.data_dir, dev_task=None, eval_tasks=[],
+    )
+    torch.manual_seed(seed)
+    model = load_model("default", device=args.device)
+    model.max_seq_length = MAX_SEQ_LENGTH
+    if method.build is not None:
+        loss = method.build(model, rows, config)
+        batch_sampler = "no_duplicates" if (method.data_format or "pairs") in ("pairs", "triplets") else "batch_sampler"
+    else:
+        entry = get_loss_entry(method.loss)
+        loss = entry.build(model, rows, recipe)
+        batch_sampler = entry.batch_sampler
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as output_dir:
+        trainer = fit(model, rows, loss, recipe, output_dir, batch_sampler=batch_sampler)
+    seconds = time.perf_counter() - start
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    if losses and not all(math.isfinite(v) for v in losses):
+        raise RuntimeError(f"{setting}/{name}: non-finite training loss")
+    return {
+        "key": run_key(setting, name, config_index, seed), "setting": setting, "method": name,
+        "config": config_index, "seed": seed, "learning_rate": learning_rate, "options": config,
+        "steps": trainer.state.global_step, "train_rows": len(rows), "train_seconds": seconds,
+        "last_loss": losses[-1] if losses else None, **score(model, setting, args.data_dir, splits),
+    }
+
+
+def summarize(runs: dict[str, dict], untrained: dict[str, dict]) -> dict:
+    """``pairs_quality.json``: per setting the untrained scores and, per method with runs, the
+    dev-chosen configuration and its test mean/std over the seeds finished so far."""
+    out: dict[str, Any] = {}
+    for setting in SETTINGS:
+        methods = {}
+        for name, method in METHODS.items():
+            mine = [r for r in runs.values() if r["setting"] == setting and r["method"] == name]
+            tuning = {r["config"]: r for r in mine if r["seed"] == 0}
+            if not tuning:
+                continue
+            chosen = max(tuning, key=lambda c: tuning[c]["dev"])
+            seeds = sorted((r for r in mine if r["config"] == chosen), key=lambda r: r["seed"])
+            config = dict(method.configs[chosen])
+            methods[name] = {
+                "baseline": method.baseline, "loss": method.loss, "options": config,
+                "chosen_on_dev": {"config": chosen, "configs_tried": len(tuning), "configs_planned": len(method.configs),
+                                  "dev_by_config": {str(c): tuning[c]["dev"] for c in sorted(tuning)}},
+                "dev": tuning[chosen]["dev"],
+                "test": mean_std([r["test"] for r in seeds]),
+                "test_extra": {m: mean_std([r["test_extra"][m] for r in seeds]) for m in seeds[0]["test_extra"]},
+                "zero_shot_banking77": mean_std([r["zero_shot_banking77"] for r in seeds]),
+                "steps": seeds[0]["steps"], "epochs": EPOCHS, "batch_size": method.batch_size,
+                "train_rows": seeds[0]["train_rows"],
+                "train_seconds": mean_std([r["train_seconds"] for r in seeds]),
+                "seeds": [r["seed"] for r in seeds], "data_format": method.data_format, "note": method.note,
+            }
+        if methods or setting in untrained:
+            out[setting] = {"untrained": untrained.get(setting), "methods": methods}
+    return out
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    settings = [s for s in summary if summary[s]["methods"]]
+    if not settings:
+        return
+    fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 3.8), squeeze=False)
+    for ax, setting in zip(axes[0], settings):
+        methods = summary[setting]["methods"]
+        names = list(methods)
+        means = [methods[n]["test"]["mean"] for n in names]
+        stds = [methods[n]["test"]["std"] for n in names]
+        colors = ["#999999" if methods[n]["baseline"] else "#C44E52" for n in names]
+        ax.bar(names, means, yerr=stds, capsize=3, color=colors)
+        if summary[setting]["untrained"]:
+            ax.axhline(summary[setting]["untrained"]["test"], color="k", ls="--", lw=1, label="untrained")
+            ax.legend(loc="lower right")
+        ax.set_ylim(min(means) - 2, max(means) + 1)
+        ax.set_title(f"{setting}: test {SETTINGS[setting]['metric']} x100 (grey: sentence-transformers)")
+        ax.tick_params(axis="x", rotation=35)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", default="sts,answer_selection", help="comma-separated (default: both)")
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated, in run order")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: sentence-transformers' choice)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--data-dir", default=None, help="data folder (default: $CONTRASTIVE_BERT_DATA)")
+    parser.add_argument("--results-dir", default=str(RESULTS))
+    parser.add_argument("--dry-run", action="store_true", help="list the runs still to do and stop")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    settings = [s for s in args.settings.split(",") if s]
+    methods = [m for m in args.methods.split(",") if m]
+    for value, known, what in ((settings, SETTINGS, "settings"), (methods, METHODS, "methods")):
+        unknown = [v for v in value if v not in known]
+        if unknown:
+            raise SystemExit(f"--{what}: unknown {unknown}; known: {', '.join(known)}")
+    if 0 not in args.seeds:
+        raise SystemExit("--seeds: must include 0 (the tuning seed)")
+    args.data_dir = str(resolve_data_dir(args.data_dir) or "")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    results = Path(args.results_dir)
+    log_path, summary_path = results / "pairs_quality_runs.jsonl", results / "pairs_quality.json"
+    runs = read_runs(log_path)
+
+    def write_summary(untrained: dict) -> None:
+        summary = summarize(runs, untrained)
+        payload = {"protocol": {"epochs": EPOCHS, "batch_size": BATCH_SIZE, "cached_batch_size": CACHED_BATCH_SIZE,
+                                "max_seq_length": MAX_SEQ_LENGTH, "warmup_ratio": 0.1, "model": "all-MiniLM-L6-v2 (bundled)",
+                                "selection": "config with the best dev score at seed 0; then seeds 0, 1, 2",
+                                "test_metric": {s: SETTINGS[s]["metric"] for s in SETTINGS},
+                                "zero_shot": f"Banking77 test, all 77 names, template {ZERO_SHOT_TEMPLATE!r}"},
+                   **summary, "environment": environment()}
+        summary_path.write_text(json.dumps(payload, indent=2, allow_nan=False))
+        plot(summary, summary_path.with_suffix(".png"))
+
+    untrained: dict[str, dict] = {}
+    splits_by_setting = {}
+    for setting in settings:
+        task = SETTINGS[setting]["task"]
+        splits_by_setting[setting] = load_dataset(task, data_dir=args.data_dir)
+        key = run_key(setting, "untrained", 0, 0)
+        if key not in runs and not args.dry_run:
+            model = load_model("default", device=args.device)
+            model.max_seq_length = MAX_SEQ_LENGTH
+            run = {"key": key, "setting": setting, "method": "untrained", "config": 0, "seed": 0,
+                   **score(model, setting, args.data_dir, splits_by_setting[setting])}
+            append_run(log_path, run)
+            runs[key] = run
+        if key in runs:
+            untrained[setting] = {k: runs[key][k] for k in ("dev", "test", "test_extra", "zero_shot_banking77")}
+
+    cache: dict = {}
+    for name in methods:  # method-major: a method's rows in both settings before the next method
+        for setting in settings:
+            method = METHODS[name]
+            if setting not in method.settings:
+                continue
+            todo = [(c, 0) for c in range(len(method.configs))]
+            for config, seed in todo + [(None, s) for s in args.seeds if s != 0]:
+                if config is None:  # the extra seeds run the configuration chosen on dev
+                    tuning = {c: runs[run_key(setting, name, c, 0)]["dev"] for c in range(len(method.configs))
+                              if run_key(setting, name, c, 0) in runs}
+                    if len(tuning) < len(method.configs) and not args.dry_run:
+                        break
+                    config = max(tuning, key=tuning.get) if tuning else "?"
+                key = run_key(setting, name, config, seed)
+                if key in runs:
+                    continue
+                if args.dry_run:
+                    print("todo", key)
+                    continue
+                logger.info("run %s", key)
+                run = run_one(setting, name, config, seed, args, cache, splits_by_setting[setting])
+                logger.info("done %s: dev %.2f test %.2f zero-shot %.2f (%d steps, %.0f s)", key, run["dev"], run["test"],
+                            run["zero_shot_banking77"], run["steps"], run["train_seconds"])
+                append_run(log_path, run)
+                runs[key] = run
+                write_summary(untrained)
+    if not args.dry_run:
+        write_summary(untrained)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
