@@ -1,7 +1,7 @@
 """With the new terms off, the refactored queue losses equal the pre-refactor implementation.
 
 The expected values were computed by the pre-refactor ``QueueInfoNCELoss`` /
-``CachedQueueInfoNCELoss`` (one 535-line module, commit a76966d) on exactly these inputs: the
+``CachedQueueInfoNCELoss`` (the 535-line module as of commit 0ca4d09) on exactly these inputs: the
 script built the same inputs and printed ``float(part)`` for each part. They are hard-coded here so
 that any later change of the math shows up as a failure at 1e-6.
 """
