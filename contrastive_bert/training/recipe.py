@@ -51,6 +51,7 @@ class TrainingRecipe:
     freeze_embeddings: bool = False
     max_grad_norm: float = 1.0
     mixed_precision: str = "no"
+    stages: list[dict[str, Any]] = field(default_factory=list)
     overwrite: bool = False
     resume: bool = False
 
@@ -104,6 +105,18 @@ class TrainingRecipe:
             raise ValueError(f"loss_options: expected a mapping of keyword arguments, got {self.loss_options!r}")
         if self.overwrite and self.resume:
             raise ValueError("overwrite, resume: choose one: --overwrite starts afresh, --resume continues the last checkpoint")
+        self._check_stage_fields()
+
+    def _check_stage_fields(self) -> None:
+        """``stages``: a list of partial recipes, each naming only known fields (see training/stages.py)."""
+        if not isinstance(self.stages, list) or any(not isinstance(stage, dict) for stage in self.stages):
+            raise ValueError(f"stages: expected a list of partial recipes (mappings of recipe fields), got {self.stages!r}")
+        for index, stage in enumerate(self.stages):
+            for key in stage:
+                if key not in self.field_names():
+                    close = difflib.get_close_matches(key, self.field_names(), n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
+                    raise ValueError(f"stages[{index}].{key}: unknown field{hint}")
 
     @classmethod
     def field_names(cls) -> list[str]:

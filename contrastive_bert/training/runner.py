@@ -194,7 +194,12 @@ def check_recipe(recipe: TrainingRecipe):
 
 def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutcome:
     """Train per ``recipe``: evaluate before, train with checkpoints, save ``<output_dir>/final``,
-    evaluate after, and write ``<output_dir>/results.json``."""
+    evaluate after, and write ``<output_dir>/results.json``. A recipe with ``stages`` runs them in
+    order (:mod:`contrastive_bert.training.stages`)."""
+    if recipe.stages:
+        from contrastive_bert.training.stages import train_stages
+
+        return train_stages(recipe, callbacks=callbacks)
     from contrastive_bert.evaluation.tasks import evaluate_tasks
     from contrastive_bert.models import load_model
     from contrastive_bert.training.task_evaluator import TaskEvaluator
