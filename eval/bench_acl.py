@@ -1,207 +1,530 @@
-"""ACL ablation on Banking77, emotion and SST-2 with the bundled all-MiniLM-L6-v2.
+"""Does ACL beat cross-entropy at a real budget? CE, CE + SupCon, ACL-Embed, ACL-Embed + ACL-Grad
+and logistic regression on frozen embeddings, on Banking77, emotion and SST-2 (full and 10-shot).
 
-CE vs CE + SupCon vs ACL-Embed vs ACL-Embed + ACL-Grad, same steps and seeds; test accuracy of the
-label head (mean +/- std over seeds), the CE-vs-contrastive gradient angle (histogram and course),
-and a t-SNE of test embeddings (CE vs ACL). Writes ``eval/results/bench_acl.json`` and PNGs.
+Protocol (all choices on validation only; test scored for every run but read only for the
+chosen configuration's seeds):
+- Base model: the bundled all-MiniLM-L6-v2 with a label-embedding head (cosine logits x 20).
+- Validation: emotion and SST-2 their own; Banking77 has none, so 10% of train (seed 0) is held
+  out and every Banking77 model trains on the other 90%.
+- Tuning: CE picks the encoder learning rate; CE + SupCon and ACL-Embed pick (lambda, tau) at CE's
+  rate; ACL-Embed + ACL-Grad reuses ACL-Embed's choice (the gate is its only difference). One seed
+  per configuration (seed 0); the chosen configuration's seed-0 run is also its first final seed.
+- Seeds: 3 (full) and 5 (10-shot; each seed draws its own 10 examples per class).
+- ACL-Grad gates on the cheap angle (head + last encoder layer, every step); on every
+  ``AUDIT_EVERY``-th step it also takes the exact angle (all parameters) and records whether the
+  two decisions agree. SupCon and ACL-Embed run the same estimate at threshold 180 (never gates a
+  finite angle, so their gradient is the ungated one) every 10 steps, to log their angles.
+  Audit time is measured and reported apart from training time.
+- A short interleaved timing block (``cost``) measures steps/s of CE, ACL-Embed and the ACL-Grad
+  variants on the same batches.
 
-Sized for 2 shared CPU cores (see ``--help``): short runs (``--steps``), short sequences, test sets
-subsampled to ``--test-samples`` rows (fixed seed), recorded in the JSON's ``config``.
-The CE + SupCon runs measure the angle too (gating on with threshold 180 degrees: same gradient as
-ungated for every finite angle), to compare with the seed's 75-105 degrees.
+Resumable: every finished run is one line of the run log (``acl_quality_runs.jsonl``) and is
+skipped on restart; ``acl_quality.json`` is rebuilt from the log after every run and is valid with
+partial results. Run in the background:
 
-    flock /tmp/cbert_bench.lock .venv/bin/python eval/bench_acl.py
+    OMP_NUM_THREADS=1 nohup .venv/bin/python eval/bench_acl.py > /tmp/bench_acl.log 2>&1 &
+
+``--plan`` prints the remaining runs in order without training.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
+import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
+from transformers import TrainerCallback
+
+from contrastive_bert.benchmarking import environment, mean_std
+
+logger = logging.getLogger("bench_acl")
 
 RESULTS = Path(__file__).resolve().parent / "results"
-METHODS = ("ce", "supcon", "acl", "acl_grad")
-LABELS = {"ce": "CE", "supcon": "CE + SupCon", "acl": "ACL-Embed", "acl_grad": "ACL-Embed + ACL-Grad"}
+DATASETS = ("banking77", "emotion", "sst2")
+REGIMES = ("full", "10-shot")
+TRAINED_METHODS = ("ce", "supcon", "acl_embed", "acl_embed_grad")
+SEEDS = {"full": [0, 1, 2], "10-shot": [0, 1, 2, 3, 4]}
+TRAIN_SAMPLES = {"banking77": None, "emotion": 3000, "sst2": 3000}  # budget: 2 shared CPU cores, ~8 h in all
+MAX_SEQ_LENGTH = {"banking77": 32, "emotion": 48, "sst2": 48}
+SHOTS = 10
+EPOCHS_FULL = 3
+MIN_STEPS_FEW_SHOT = 150  # 10-shot: at least 3 epochs and at least this many steps
+BATCH_SIZE = 32
+HEAD_LEARNING_RATE = 5e-3
+LEARNING_RATES = {"full": [1e-4, 2e-4], "10-shot": [1e-4, 2e-4, 5e-4]}
+CONTRASTIVE = {"full": [(0.1, 0.3), (0.5, 0.1)], "10-shot": [(0.1, 0.3), (0.5, 0.1), (1.0, 0.1)]}  # (lambda, tau)
+ANGLE_THRESHOLD = 90.0
+AUDIT_EVERY = 20
+LOG_ANGLE_EVERY = 10
+# Run order, most informative first: ACL-Grad's cost (short), Banking77 full CE vs ACL, then the cheap 10-shot rows.
+BLOCKS = [("cost", "cost"), ("banking77", "full"), ("banking77", "10-shot"), ("emotion", "10-shot"),
+          ("emotion", "full"), ("sst2", "full")]
+COST_VARIANTS = {
+    "ce": {"method": "ce"},
+    "acl_embed": {"method": "acl_embed"},
+    "acl_embed_grad_exact": {"method": "acl_embed_grad", "angle_parameters": "all", "angle_threshold": ANGLE_THRESHOLD},
+    "acl_embed_grad_head_last_layer": {"method": "acl_embed_grad", "angle_parameters": "head_last_layer", "angle_threshold": ANGLE_THRESHOLD},
+    "acl_embed_grad_exact_every5": {"method": "acl_embed_grad", "angle_parameters": "all", "angle_every": 5, "angle_threshold": ANGLE_THRESHOLD},
+}
+COST_STEPS, COST_ROUNDS = 40, 2
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--datasets", default="banking77,emotion,sst2")
-    parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--learning-rate", type=float, default=1e-4)
-    parser.add_argument("--head-learning-rate", type=float, default=5e-3, help="learning rate of the freshly initialised label head")
-    parser.add_argument("--max-seq-length", type=int, default=32)
-    parser.add_argument("--test-samples", type=int, default=800)
-    parser.add_argument("--temperature", type=float, default=0.5)
-    parser.add_argument("--contrastive-weight", type=float, default=0.02)
-    parser.add_argument("--tsne-dataset", default="emotion")
-    parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--output", default=str(RESULTS / "bench_acl.json"))
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="torch device for training and encoding (cpu, cuda, cuda:1)")
+    parser.add_argument("--data-dir", default=None, help="folder holding banking77/, emotion/, sst2/ (default: $CONTRASTIVE_BERT_DATA)")
+    parser.add_argument("--run-log", default=str(RESULTS / "acl_quality_runs.jsonl"))
+    parser.add_argument("--output", default=str(RESULTS / "acl_quality.json"))
+    parser.add_argument("--blocks", default=",".join(f"{d}:{r}" for d, r in BLOCKS), help="dataset:regime blocks in order (and cost:cost)")
+    parser.add_argument("--max-runs", type=int, default=None, help="stop after this many new runs")
+    parser.add_argument("--max-steps", type=int, default=None, help="cap every run's steps (smoke tests only; recorded)")
+    parser.add_argument("--plan", action="store_true", help="print the next runs and exit")
+    parser.add_argument("--summary-only", action="store_true", help="rebuild the summary JSON and figure from the run log")
+    parser.add_argument("--eval-rows", type=int, default=None, help="cap dev/test rows (smoke tests only; recorded)")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: $OMP_NUM_THREADS or 1)")
     return parser.parse_args(argv)
 
 
-def subsample(split, n: int, seed: int = 0):
-    return split if n <= 0 or len(split) <= n else split.shuffle(seed=seed).select(range(n))
+# --------------------------------------------------------------------------- data
 
 
-def run_one(name, train, test, names, method, seed, args):
-    """Train one model; return its record and its test embeddings (n, d)."""
+def _subsample(split, n: int | None, seed: int = 0):
+    return split if n is None or len(split) <= n else split.shuffle(seed=seed).select(range(n))
+
+
+def load_splits(name: str, data_dir: str | None, eval_rows: int | None = None) -> dict:
+    """train / dev / test (``text``, ``label``) and the label names of one data set, per the protocol."""
+    from contrastive_bert.data import load_dataset
+
+    data = load_dataset(name, data_dir=data_dir)
+    names = list(data["train"].features["label"].names)
+    if "validation" in data:
+        train, dev = data["train"], data["validation"]
+    else:
+        held = data["train"].train_test_split(test_size=0.1, seed=0)
+        train, dev = held["train"], held["test"]
+    train = _subsample(train, TRAIN_SAMPLES[name])
+    cols = ["text", "label"]
+    dev, test = _subsample(dev, eval_rows), _subsample(data["test"], eval_rows)
+    return {"train": train.select_columns(cols), "dev": dev.select_columns(cols), "test": test.select_columns(cols), "names": names}
+
+
+def few_shot(train, shots: int, seed: int):
+    """``shots`` rows per class drawn with ``seed`` (all rows of a class with fewer)."""
+    rng = np.random.default_rng(seed)
+    labels = np.asarray(train["label"])
+    picked = [rng.choice(np.flatnonzero(labels == k), size=min(shots, int((labels == k).sum())), replace=False)
+              for k in np.unique(labels)]
+    return train.select(sorted(int(i) for i in np.concatenate(picked)))
+
+
+def train_rows(splits: dict, regime: str, seed: int):
+    return few_shot(splits["train"], SHOTS, seed) if regime == "10-shot" else splits["train"]
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def run_key(spec: dict) -> str:
+    fields = ("dataset", "regime", "method", "learning_rate", "contrastive_weight", "temperature", "seed", "variant", "round")
+    return json.dumps({k: spec.get(k) for k in fields}, sort_keys=True)
+
+
+def read_log(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    runs = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                runs.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by a kill: that run is redone
+                logger.warning("run log: skipping an unreadable line")
+    return runs
+
+
+def append_log(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        handle.write(json.dumps(record, allow_nan=False) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _scores(gold: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
+    from sklearn.metrics import f1_score
+
+    return {"accuracy": float((gold == predicted).mean() * 100), "macro_f1": float(f1_score(gold, predicted, average="macro") * 100)}
+
+
+def angle_stats(history: list[dict]) -> dict:
+    """Gated share, mean angle and agreement with the exact decision, from ``loss.angle_history``."""
+    angles = [h["angle"] for h in history if math.isfinite(h["angle"])]
+    audited = [h for h in history if "exact_gated" in h]
+    exact = [h["exact_angle"] for h in audited if math.isfinite(h["exact_angle"])]
+    return {
+        "decisions": len(history),
+        "gated_share": (sum(bool(h["gated"]) for h in history) / len(history)) if history else None,
+        "mean_angle": statistics.fmean(angles) if angles else None,
+        "angles": [round(a, 2) for a in angles],
+        "audited": len(audited),
+        "agreement_with_exact": (sum(h["gated"] == h["exact_gated"] for h in audited) / len(audited)) if audited else None,
+        "exact_gated_share": (sum(bool(h["exact_gated"]) for h in audited) / len(audited)) if audited else None,
+        "exact_angles": [round(a, 2) for a in exact],
+        "mean_exact_angle": statistics.fmean(exact) if exact else None,
+    }
+
+
+def loss_options(spec: dict) -> dict:
+    """ACLEmbedLoss options of a run (besides its method's mode and gating)."""
+    options = {}
+    if spec["method"] != "ce":
+        options.update(contrastive_weight=spec["contrastive_weight"], temperature=spec["temperature"])
+    if spec["regime"] == "cost":
+        return {**options, **spec["options"]}
+    if spec["method"] == "acl_embed_grad":
+        options.update(angle_threshold=ANGLE_THRESHOLD, angle_parameters="head_last_layer", angle_audit_every=AUDIT_EVERY)
+    elif spec["method"] in ("supcon", "acl_embed"):  # log the angle; threshold 180 never gates a finite angle
+        options.update(gradient_gating=True, angle_threshold=180.0, angle_parameters="head_last_layer",
+                       angle_every=LOG_ANGLE_EVERY, angle_audit_every=AUDIT_EVERY // LOG_ANGLE_EVERY)
+    options.update(spec.get("options", {}))
+    return options
+
+
+class StepTimer(TrainerCallback):
+    """Wall-clock seconds of every optimizer step (the median is robust to a loaded machine and to audit steps)."""
+
+    def __init__(self) -> None:
+        self.durations: list[float] = []
+        self._start = 0.0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.durations.append(time.perf_counter() - self._start)
+
+
+def train_run(spec: dict, splits: dict, args) -> dict:
+    """Train one model and score it on dev and test; returns the run-log record."""
     from contrastive_bert.heads.label_embedding import find_label_head
     from contrastive_bert.models import load_model
     from contrastive_bert.training.acl import train_label_classifier
     from contrastive_bert.training.recipe import TrainingRecipe
 
-    torch.manual_seed(seed)
-    model = load_model("default", device="cpu")
+    train = train_rows(splits, spec["regime"], spec["seed"])
+    steps_per_epoch = max(1, len(train) // BATCH_SIZE)
+    epochs = EPOCHS_FULL if spec["regime"] == "full" else max(3, math.ceil(MIN_STEPS_FEW_SHOT / steps_per_epoch))
+    caps = [n for n in (spec.get("max_steps"), args.max_steps) if n]
+    max_steps = min(caps) if caps else -1
+    torch.manual_seed(spec["seed"])
+    model = load_model("default", device=args.device)
     recipe = TrainingRecipe(
-        datasets=[name], max_steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
-        head_learning_rate=args.head_learning_rate,
-        seed=seed, max_seq_length=args.max_seq_length, logging_steps=max(1, args.steps // 6),
-        save_steps=10**6, eval_steps=10**6, dev_task=None, eval_tasks=[],
+        datasets=[spec["dataset"]], epochs=epochs, max_steps=max_steps, batch_size=BATCH_SIZE,
+        learning_rate=spec["learning_rate"], head_learning_rate=HEAD_LEARNING_RATE, seed=spec["seed"],
+        max_seq_length=MAX_SEQ_LENGTH[spec["dataset"]], logging_steps=50, save_steps=10**6, eval_steps=10**6,
+        dev_task=None, eval_tasks=[],
     )
-    options = {"temperature": args.temperature, "contrastive_weight": args.contrastive_weight}
-    if method == "supcon":  # measure the angle without gating any finite one
-        options.update(gradient_gating=True, angle_threshold=180.0)
+    timer = StepTimer()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as output_dir:
-        trainer, loss = train_label_classifier(model, train, names, method, recipe, output_dir, **options)
+        trainer, loss = train_label_classifier(model, train, splits["names"], spec["method"], recipe, output_dir,
+                                               callbacks=[timer], **loss_options(spec))
     seconds = time.perf_counter() - start
-    texts, gold = list(test["text"]), np.asarray(test["label"])
-    with torch.no_grad():
-        embeddings = model.encode(texts, batch_size=128, convert_to_tensor=True)
-        predicted = find_label_head(model).logits(embeddings).argmax(dim=1).cpu().numpy()
-    accuracy = float((predicted == gold).mean() * 100)
-    embeddings = embeddings.cpu().numpy()
-    train_logs = [e for e in trainer.state.log_history if "loss" in e]
-    record = {
-        "accuracy": accuracy,
-        "train_seconds": seconds,
-        "final_train_loss": train_logs[-1]["loss"] if train_logs else None,
-        "angles": [h["angle"] for h in loss.angle_history],
-        "gated_fraction": (sum(h["gated"] for h in loss.angle_history) / len(loss.angle_history)) if loss.angle_history else None,
-        "single_class_batches": loss.single_class_batches,
+    head = find_label_head(model)
+    record = {**spec, "key": run_key(spec), "train_rows": len(train), "epochs": epochs, "steps": trainer.state.global_step,
+              "train_seconds": seconds - loss.audit_seconds, "audit_seconds": loss.audit_seconds,
+              "step_seconds_median": statistics.median(timer.durations) if timer.durations else None,
+              "single_class_batches": loss.single_class_batches, **angle_stats(loss.angle_history)}
+    if spec["regime"] == "cost":
+        return record
+    for split in ("dev", "test"):
+        texts, gold = list(splits[split]["text"]), np.asarray(splits[split]["label"])
+        with torch.no_grad():
+            embeddings = model.encode(texts, batch_size=128, convert_to_tensor=True, show_progress_bar=False)
+            predicted = head.logits(embeddings.to(head.weight.device).float()).argmax(dim=1).cpu().numpy()
+        record[split] = _scores(gold, predicted)
+    return record
+
+
+def logreg_run(spec: dict, splits: dict, args) -> dict:
+    """Logistic regression on frozen embeddings of the untrained model (MTEB protocol), per seed."""
+    from contrastive_bert.evaluation.classification import classification_scores
+    from contrastive_bert.models import load_model
+
+    model = load_model("default", device=args.device)
+    model.max_seq_length = MAX_SEQ_LENGTH[spec["dataset"]]
+    train = train_rows(splits, spec["regime"], spec["seed"])
+    start = time.perf_counter()
+    frozen = splits.setdefault("frozen", {})  # dev/test embeddings of the untrained model, shared by the seeds
+    for split in ("dev", "test"):
+        if split not in frozen:
+            frozen[split] = model.encode(list(splits[split]["text"]), batch_size=128, show_progress_bar=False)
+    encoded = {"train": model.encode(list(train["text"]), batch_size=128, show_progress_bar=False), **frozen}
+    record = {**spec, "key": run_key(spec), "train_rows": len(train), "epochs": None, "steps": None}
+    for split in ("dev", "test"):
+        scores = classification_scores(encoded["train"], np.asarray(train["label"]), encoded[split], np.asarray(splits[split]["label"]), seed=spec["seed"])
+        record[split] = {"accuracy": scores["accuracy"], "macro_f1": scores["f1_macro"]}
+    record["train_seconds"] = time.perf_counter() - start
+    return record
+
+
+# --------------------------------------------------------------------------- plan
+
+
+def _config_spec(dataset: str, regime: str, method: str, seed: int, lr: float, pair: tuple[float, float] | None) -> dict:
+    spec = {"dataset": dataset, "regime": regime, "method": method, "seed": seed, "learning_rate": lr}
+    if pair is not None:
+        spec.update(contrastive_weight=pair[0], temperature=pair[1])
+    return spec
+
+
+def chosen(runs: dict[str, dict], candidates: list[dict]) -> dict | None:
+    """The candidate with the best dev accuracy (first on ties), or None while any is missing."""
+    done = [runs.get(run_key(c)) for c in candidates]
+    if any(r is None for r in done):
+        return None
+    best = max(range(len(done)), key=lambda i: (done[i]["dev"]["accuracy"], -i))
+    return candidates[best]
+
+
+def candidates_of(dataset: str, regime: str, method: str, runs: dict[str, dict]) -> list[dict] | None:
+    """Seed-0 configurations a method chooses among (None while a choice it depends on is missing)."""
+    if method == "ce":
+        return [_config_spec(dataset, regime, "ce", 0, lr, None) for lr in LEARNING_RATES[regime]]
+    ce = chosen(runs, candidates_of(dataset, regime, "ce", runs))
+    if ce is None:
+        return None
+    if method == "acl_embed_grad":
+        acl_candidates = candidates_of(dataset, regime, "acl_embed", runs)
+        acl = chosen(runs, acl_candidates) if acl_candidates else None
+        return None if acl is None else [{**acl, "method": "acl_embed_grad"}]
+    return [_config_spec(dataset, regime, method, 0, ce["learning_rate"], pair) for pair in CONTRASTIVE[regime]]
+
+
+def logreg_seeds(regime: str) -> list[int]:
+    """Logistic regression on the full train set is deterministic: one run; 10-shot: one per sample."""
+    return [0] if regime == "full" else SEEDS[regime]
+
+
+def plan_block(dataset: str, regime: str, runs: dict[str, dict]) -> Iterator[dict]:
+    """The runs of one block in order; stops where a later run needs a choice not made yet."""
+    if dataset == "cost":
+        for round_ in range(COST_ROUNDS):
+            for variant, options in COST_VARIANTS.items():
+                spec = {"dataset": "banking77", "regime": "cost", "method": options["method"], "variant": variant,
+                        "round": round_, "seed": 0, "learning_rate": 1e-4, "contrastive_weight": 0.5, "temperature": 0.1,
+                        "max_steps": COST_STEPS, "options": {k: v for k, v in options.items() if k != "method"}}
+                if options["method"] == "ce":
+                    spec.update(contrastive_weight=None, temperature=None)
+                yield spec
+        return
+    for seed in logreg_seeds(regime):
+        yield {"dataset": dataset, "regime": regime, "method": "logreg", "seed": seed}
+    order = [("select", "ce"), ("select", "acl_embed"), ("final", "acl_embed_grad"), ("final", "ce"),
+             ("final", "acl_embed"), ("select", "supcon"), ("final", "supcon")]
+    for phase, method in order:
+        candidates = candidates_of(dataset, regime, method, runs)
+        if candidates is None:
+            return
+        if phase == "select":
+            yield from candidates
+            continue
+        best = chosen(runs, candidates)
+        if best is None:
+            yield from candidates
+            return
+        for seed in SEEDS[regime]:
+            yield {**best, "seed": seed}
+
+
+def next_run(blocks: list[tuple[str, str]], runs: dict[str, dict]) -> dict | None:
+    for dataset, regime in blocks:
+        for spec in plan_block(dataset, regime, runs):
+            if run_key(spec) not in runs:
+                return spec
+    return None
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _config_of(run: dict) -> dict:
+    return {k: run[k] for k in ("learning_rate", "contrastive_weight", "temperature") if run.get(k) is not None}
+
+
+def build_summary(log: list[dict], args) -> dict:
+    """``{data set: {regime: {method: {...}}}}`` from the run log (partial results allowed)."""
+    runs = {r["key"]: r for r in log}
+    summary: dict = {}
+    for dataset in DATASETS:
+        for regime in REGIMES:
+            entry: dict = {}
+            logreg = [r for r in log if r["dataset"] == dataset and r["regime"] == regime and r["method"] == "logreg"]
+            if logreg:
+                entry["logreg"] = _method_entry(sorted(logreg, key=lambda r: r["seed"]), None, [], regime)
+            for method in TRAINED_METHODS:
+                candidates = candidates_of(dataset, regime, method, runs)
+                if not candidates:
+                    continue
+                best = chosen(runs, candidates)
+                seeds = [runs[run_key({**best, "seed": s})] for s in SEEDS[regime] if best and run_key({**best, "seed": s}) in runs]
+                dev = [runs[run_key(c)] for c in candidates if run_key(c) in runs]
+                if dev:
+                    entry[method] = _method_entry(seeds, best, dev, regime)
+            if entry:
+                summary.setdefault(dataset, {})[regime] = entry
+    cost = [r for r in log if r["regime"] == "cost"]
+    return {
+        **summary,
+        "acl_grad_cost": _cost_summary(cost),
+        "protocol": {
+            "model": "default (all-MiniLM-L6-v2) + label-embedding head (cosine logits x 20)",
+            "validation": "emotion/SST-2: their validation split; Banking77: 10% of train held out (seed 0), models train on the other 90%",
+            "train_samples": {k: v if v is not None else "all" for k, v in TRAIN_SAMPLES.items()},
+            "train_samples_note": "emotion and SST-2 train on a fixed 3,000-row sample of train (seed 0) to fit ~8 h of 2 CPU cores; epochs are not shrunk",
+            "epochs": {"full": EPOCHS_FULL, "10-shot": f"max(3, ceil({MIN_STEPS_FEW_SHOT} / steps per epoch))"},
+            "batch_size": BATCH_SIZE, "head_learning_rate": HEAD_LEARNING_RATE, "max_seq_length": MAX_SEQ_LENGTH,
+            "learning_rates": LEARNING_RATES, "lambda_tau": CONTRASTIVE, "seeds": SEEDS, "shots": SHOTS,
+            "selection": "CE picks the learning rate on dev; SupCon and ACL-Embed pick (lambda, tau) at that rate; ACL-Embed + ACL-Grad reuses ACL-Embed's choice",
+            "acl_grad": f"angle over the head + last encoder layer every step, threshold {ANGLE_THRESHOLD}; exact angle (all parameters) audited every {AUDIT_EVERY} steps",
+            "angles_of_ungated_methods": f"SupCon and ACL-Embed: the same estimate every {LOG_ANGLE_EVERY} steps at threshold 180 (never gates), the exact angle every {AUDIT_EVERY} steps; CE has no contrastive term",
+            "train_seconds": "wall-clock training time minus audit time, on a shared 2-core machine (noisy; see acl_grad_cost)",
+            "setfit": "not run: over the 8 h budget",
+            "max_steps_cap": args.max_steps, "eval_rows_cap": args.eval_rows,
+        },
+        "environment": environment(),
     }
-    return record, embeddings
 
 
-def summarize(values: list[float]) -> dict[str, float]:
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0, "n": len(values)}
+def _method_entry(seeds: list[dict], best: dict | None, dev_runs: list[dict], regime: str) -> dict:
+    entry: dict = {"chosen_on_dev": _config_of(best) if best else None,
+                   "dev": None, "candidates": [{**_config_of(r), "dev": r["dev"]} for r in dev_runs]}
+    if best is not None:
+        chosen_dev = [r for r in dev_runs if _config_of(r) == _config_of(best)]
+        entry["dev"] = chosen_dev[0]["dev"] if chosen_dev else None
+    if not best and seeds and seeds[0]["method"] == "logreg":
+        entry["chosen_on_dev"] = {"classifier": "LogisticRegression(max_iter=1000) on frozen embeddings"}
+        entry["dev"] = seeds[0]["dev"]
+    entry["seeds_done"] = [r["seed"] for r in seeds]
+    entry["seeds_planned"] = logreg_seeds(regime) if seeds and seeds[0]["method"] == "logreg" else SEEDS[regime]
+    if seeds:
+        entry["test"] = {metric: mean_std([r["test"][metric] for r in seeds]) for metric in ("accuracy", "macro_f1")}
+        entry["epochs"] = seeds[0]["epochs"]
+        entry["steps"] = seeds[0]["steps"]
+        entry["train_rows"] = statistics.fmean(r["train_rows"] for r in seeds)
+        entry["train_seconds"] = mean_std([r["train_seconds"] for r in seeds])
+        step_times = [r["step_seconds_median"] for r in seeds if r.get("step_seconds_median") is not None]
+        entry["step_seconds_median"] = statistics.fmean(step_times) if step_times else None
+        for name in ("gated_share", "mean_angle", "agreement_with_exact", "mean_exact_angle"):
+            values = [r[name] for r in seeds if r.get(name) is not None]
+            entry[name] = statistics.fmean(values) if values else None
+    return entry
 
 
-def plot_angles(results: dict, path_hist: Path, path_course: Path) -> None:
+def _cost_summary(cost: list[dict]) -> dict:
+    """Median seconds per optimizer step per variant (median over rounds) and the ratio to CE's."""
+    per_step: dict[str, list[float]] = {}
+    for r in cost:
+        if r.get("step_seconds_median") is not None:
+            per_step.setdefault(r["variant"], []).append(r["step_seconds_median"])
+    if not per_step:
+        return {}
+    medians = {v: statistics.median(x) for v, x in per_step.items()}
+    ce = medians.get("ce")
+    return {
+        "steps_per_run": COST_STEPS, "rounds": COST_ROUNDS, "data": "banking77 train (90%), batch 32, lambda 0.5, tau 0.1",
+        "seconds_per_step": medians,
+        "ratio_to_ce": {v: m / ce for v, m in medians.items()} if ce else None,
+    }
+
+
+def plot_angles(log: list[dict], path: Path) -> None:
+    """Histograms of the CE-vs-contrastive gradient angle per method (exact and cheap estimate)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for method, ax in zip(("supcon", "acl_grad"), axes):
-        for name, data in results["datasets"].items():
-            angles = [a for run in data["runs"].get(method, {}).values() for a in run["angles"] if not math.isnan(a)]
-            if angles:
-                ax.hist(angles, bins=30, alpha=0.5, label=f"{name} (n={len(angles)})")
-        ax.axvline(90, color="k", ls="--", lw=1)
-        ax.set_title(f"angle(grad CE, grad contrastive): {LABELS[method]}")
+    methods = ("supcon", "acl_embed", "acl_embed_grad")
+    fig, axes = plt.subplots(1, len(methods), figsize=(15, 4), sharey=False)
+    for method, ax in zip(methods, axes):
+        for dataset in DATASETS:
+            runs = [r for r in log if r["method"] == method and r["dataset"] == dataset and r["regime"] != "cost"]
+            exact = [a for r in runs for a in r.get("exact_angles", [])]
+            cheap = [a for r in runs for a in r.get("angles", [])]
+            if exact:
+                ax.hist(exact, bins=30, range=(0, 180), alpha=0.5, label=f"{dataset} exact (n={len(exact)})")
+            if cheap and method == "acl_embed_grad":
+                ax.hist(cheap, bins=30, range=(0, 180), histtype="step", label=f"{dataset} head+last layer (n={len(cheap)})")
+        ax.axvline(ANGLE_THRESHOLD, color="k", ls="--", lw=1)
+        ax.set_title(f"angle(grad CE, grad contrastive): {method}")
         ax.set_xlabel("degrees")
-        ax.legend()
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path_hist, dpi=120)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, data in results["datasets"].items():
-        for method, style in (("acl_grad", "-"), ("supcon", ":")):
-            runs = data["runs"].get(method, {})
-            if runs:
-                angles = runs[sorted(runs)[0]]["angles"]
-                ax.plot(range(1, len(angles) + 1), angles, style, label=f"{name} {LABELS[method]}")
-    ax.axhline(90, color="k", ls="--", lw=1)
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("angle (degrees)")
-    ax.set_title("Gradient angle over training (first seed)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path_course, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def plot_tsne(embeddings: dict[str, np.ndarray], labels: np.ndarray, names: list[str], path: Path, seed: int = 0) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from sklearn.manifold import TSNE
-
-    fig, axes = plt.subplots(1, len(embeddings), figsize=(6 * len(embeddings), 5))
-    for ax, (method, x) in zip(np.atleast_1d(axes), embeddings.items()):
-        points = TSNE(n_components=2, init="pca", random_state=seed, perplexity=30).fit_transform(x)
-        for k, label in enumerate(names):
-            mask = labels == k
-            ax.scatter(points[mask, 0], points[mask, 1], s=5, label=label)
-        ax.set_title(f"t-SNE of test embeddings: {LABELS[method]}")
-        ax.set_xticks([])
-        ax.set_yticks([])
-    np.atleast_1d(axes)[0].legend(markerscale=3, fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def write_summary(log: list[dict], args) -> None:
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(build_summary(log, args), indent=1, allow_nan=False))
+    if any(r.get("exact_angles") for r in log):
+        plot_angles(log, output.with_name("acl_grad_angle_hist.png"))
 
 
 def main(argv=None) -> int:
-    from contrastive_bert.data import load_dataset
-
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
-    datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = sorted(set(methods) - set(METHODS))
-    if unknown:
-        raise ValueError(f"--methods: unknown {unknown}; choose from {METHODS}")
-    seeds = [int(s) for s in args.seeds.split(",")]
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    results = {"config": {k: v for k, v in vars(args).items() if k != "output"}, "datasets": {}}
-    results["config"]["model"] = "default (all-MiniLM-L6-v2)"
-    results["config"]["note"] = "test sets subsampled to test_samples rows (seed 0); train = full train split, steps x batch rows seen"
-    tsne_embeddings: dict[str, np.ndarray] = {}
-    tsne_meta = None
-    for name in datasets:
-        data = load_dataset(name, data_dir=args.data_dir)
-        names = data["train"].features["label"].names
-        train = data["train"].select_columns(["text", "label"])
-        test = subsample(data["test"], args.test_samples)
-        entry = results["datasets"].setdefault(name, {"num_labels": len(names), "test_rows": len(test), "runs": {}, "summary": {}})
-        for seed in seeds:
-            for method in methods:
-                record, embeddings = run_one(name, train, test, names, method, seed, args)
-                entry["runs"].setdefault(method, {})[str(seed)] = record
-                print(f"{name} {method} seed={seed}: acc={record['accuracy']:.2f} ({record['train_seconds']:.0f}s)", flush=True)
-                if name == args.tsne_dataset and seed == seeds[0] and method in ("ce", "acl_grad"):
-                    tsne_embeddings[method] = embeddings
-                    tsne_meta = (np.asarray(test["label"]), names)
-                accuracies = [r["accuracy"] for r in entry["runs"][method].values()]
-                entry["summary"][method] = summarize(accuracies)
-                angles = [a for r in entry["runs"][method].values() for a in r["angles"] if not math.isnan(a)]
-                if angles:
-                    entry["summary"][method]["angle_mean"] = statistics.fmean(angles)
-                    entry["summary"][method]["angle_share_over_90"] = sum(a > 90 for a in angles) / len(angles)
-                output.write_text(json.dumps(results, indent=1))
-    plot_angles(results, output.with_name("acl_grad_angle_hist.png"), output.with_name("acl_grad_angle_course.png"))
-    if len(tsne_embeddings) == 2 and tsne_meta is not None:
-        plot_tsne(tsne_embeddings, *tsne_meta, output.with_name(f"acl_tsne_{args.tsne_dataset}.png"))
-    for name, entry in results["datasets"].items():
-        line = ", ".join(f"{LABELS[m]} {s['mean']:.2f}+/-{s['std']:.2f}" for m, s in entry["summary"].items())
-        print(f"{name}: {line}")
+    torch.set_num_threads(args.threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
+    blocks = [tuple(b.split(":")) for b in args.blocks.split(",") if b.strip()]
+    for dataset, regime in blocks:
+        if (dataset, regime) != ("cost", "cost") and (dataset not in DATASETS or regime not in REGIMES):
+            raise ValueError(f"--blocks: unknown block {dataset}:{regime}; datasets {DATASETS}, regimes {REGIMES}, or cost:cost")
+    run_log = Path(args.run_log)
+    log = read_log(run_log)
+    if args.summary_only:
+        write_summary(log, args)
+        return 0
+    if args.plan:
+        runs = {r["key"]: r for r in log}
+        for dataset, regime in blocks:
+            for spec in plan_block(dataset, regime, runs):
+                if run_key(spec) not in runs:
+                    print(json.dumps(spec))
+        return 0
+    splits_cache: dict[str, dict] = {}
+    done = 0
+    while args.max_runs is None or done < args.max_runs:
+        runs = {r["key"]: r for r in log}
+        spec = next_run(blocks, runs)
+        if spec is None:
+            logger.info("all planned runs are done")
+            break
+        if spec["dataset"] not in splits_cache:
+            splits_cache[spec["dataset"]] = load_splits(spec["dataset"], args.data_dir, args.eval_rows)
+        logger.info("run %s", run_key(spec))
+        runner = logreg_run if spec["method"] == "logreg" else train_run
+        record = runner(spec, splits_cache[spec["dataset"]], args)
+        record["max_steps_cap"], record["eval_rows_cap"] = args.max_steps, args.eval_rows
+        record = json.loads(json.dumps(record, default=str), parse_constant=lambda c: None)  # nan -> null
+        append_log(run_log, record)
+        log.append(record)
+        done += 1
+        logger.info("done: dev %s test %s (%.0f s)", record.get("dev"), record.get("test"), record.get("train_seconds") or 0)
+        write_summary(log, args)
+    write_summary(log, args)
     return 0
 
 

@@ -32,7 +32,7 @@ def main() -> None:
     train = load_dataset("banking77", split="train", data_dir=args.data_dir).shuffle(seed=0).select(range(args.rows))
     names = train.features["label"].names
     results = {}
-    for method in ("supcon", "acl"):
+    for method in ("supcon", "acl_embed"):
         model = load_model("default")
         recipe = TrainingRecipe(
             datasets=["banking77"], max_steps=args.steps, batch_size=32, learning_rate=1e-4, head_learning_rate=5e-3,

@@ -1,145 +1,235 @@
-"""Zero-shot classification by label names, before and after ACL training, with the bundled model.
+"""Zero-shot on unseen labels: train on 57 Banking77 intents, classify the 20 held-out intents
+among their names; free-weight vs encoded label heads, CE vs ACL-Embed, against the untrained model.
 
-- Banking77: 20 intents are held out (chosen with ``--split-seed``); the model is trained (ACL-Embed +
-  ACL-Grad, and CE for comparison) on the train rows of the other 57 only, then classifies the test
-  rows of the 20 held-out intents zero-shot among those 20 names ("This text is about {}.").
-  Also: the untrained model zero-shot on all 77 intents, and the trained head extended with the 20
-  embedded names (``add_labels_from_names``) classifying among all 77.
-- emotion: zero-shot on its 6 labels, untrained vs the Banking77-57-trained models (cross-domain).
+- Banking77: 20 intents held out (``random.Random(0)``, the same 20 as before); every trained model
+  sees only the train rows of the other 57. Label names are the intents with ``_`` -> space,
+  through the template ``"This text is about {}."``.
+- Methods: ``untrained`` (the bundled model, no training); ``ce_free`` / ``acl_embed_free`` (free
+  label vectors); ``ce_encoded`` / ``acl_embed_encoded`` (label rows = the encoder's embeddings of
+  the templated names, trained through, ``label_embedding="encoded"``).
+- Scores (x100, test rows): ``heldout20`` zero-shot among the 20 unseen names (``ZeroShotClassifier``,
+  the same template); ``seen57`` the trained head on the seen intents' rows (among the 57);
+  ``all77_heldout_rows`` / ``all77_seen_rows`` the head extended with the 20 names
+  (``add_labels_from_names``) among all 77; ``emotion`` / ``sst2`` zero-shot by their label names
+  (1,000-row test samples) as a cross-domain check.
+- Budget: 1 epoch (232 steps) per run, 3 seeds; lambda, tau and learning rates fixed (``--help``),
+  recorded in the results.
 
-Writes ``eval/results/bench_zero_shot.json``.
+Resumable like ``bench_acl.py``: one line per finished run in ``zero_shot_runs.jsonl``, skipped on
+restart; ``bench_zero_shot.json`` rebuilt from it after every run.
 
-    flock /tmp/cbert_bench.lock .venv/bin/python eval/bench_zero_shot.py
+    OMP_NUM_THREADS=1 nohup .venv/bin/python eval/bench_zero_shot.py > /tmp/bench_zero_shot.log 2>&1 &
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import random
-import statistics
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from bench_acl import StepTimer, append_log, read_log
+
+from contrastive_bert.benchmarking import environment, mean_std
+
+logger = logging.getLogger("bench_zero_shot")
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TEMPLATE = "This text is about {}."
+METHODS = {
+    "ce_free": {"method": "ce", "label_embedding": "free"},
+    "acl_embed_free": {"method": "acl_embed", "label_embedding": "free"},
+    "ce_encoded": {"method": "ce", "label_embedding": "encoded"},
+    "acl_embed_encoded": {"method": "acl_embed", "label_embedding": "encoded"},
+}
+CHECK_SAMPLES = 1000
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--held-out", type=int, default=20)
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--max-steps", type=int, default=-1, help="cap the steps (smoke tests only; recorded)")
+    parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--head-learning-rate", type=float, default=5e-3)
+    parser.add_argument("--contrastive-weight", type=float, default=0.5)
+    parser.add_argument("--temperature", type=float, default=0.1)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-seq-length", type=int, default=32)
+    parser.add_argument("--eval-rows", type=int, default=None, help="cap test rows (smoke tests only; recorded)")
+    parser.add_argument("--run-log", default=str(RESULTS / "zero_shot_runs.jsonl"))
+    parser.add_argument("--output", default=str(RESULTS / "bench_zero_shot.json"))
+    parser.add_argument("--threads", type=int, default=None)
+    return parser.parse_args(argv)
 
 
 def readable(name: str) -> str:
     return name.replace("_", " ")
 
 
-def zero_shot_accuracy(model, texts: list[str], gold: np.ndarray, names: list[str]) -> float:
-    from contrastive_bert.inference import ZeroShotClassifier
-
-    classifier = ZeroShotClassifier(model, [readable(n) for n in names], template=TEMPLATE, batch_size=128)
-    return float((classifier.similarities(texts).argmax(axis=1) == gold).mean() * 100)
+def _sample(split, n: int | None, seed: int = 0):
+    return split if n is None or len(split) <= n else split.shuffle(seed=seed).select(range(n))
 
 
-def main(argv=None) -> int:
+def load_data(args) -> dict:
+    """The 57/20 Banking77 split (train of the 57; test rows of each side) and the two check sets."""
     from datasets import ClassLabel
 
     from contrastive_bert.data import load_dataset
+
+    banking = load_dataset("banking77", data_dir=args.data_dir)
+    names = list(banking["train"].features["label"].names)
+    held = sorted(random.Random(0).sample(range(len(names)), args.held_out))
+    seen = [k for k in range(len(names)) if k not in held]
+    seen_index = {k: i for i, k in enumerate(seen)}
+    train = banking["train"].filter(lambda row: row["label"] in seen_index)
+    train = train.map(lambda row: {"label": seen_index[row["label"]]})
+    train = train.cast_column("label", ClassLabel(names=[readable(names[k]) for k in seen])).select_columns(["text", "label"])
+    test = _sample(banking["test"], args.eval_rows)
+    checks = {}
+    for name in ("emotion", "sst2"):
+        split = _sample(load_dataset(name, data_dir=args.data_dir)["test"], min(CHECK_SAMPLES, args.eval_rows or CHECK_SAMPLES))
+        checks[name] = {"texts": list(split["text"]), "gold": np.asarray(split["label"]),
+                        "names": [readable(n) for n in split.features["label"].names]}
+    return {"names": [readable(n) for n in names], "seen": seen, "held": held, "train": train,
+            "test_texts": list(test["text"]), "test_gold": np.asarray(test["label"]), "checks": checks}
+
+
+def zero_shot(model, texts: list[str], names: list[str]) -> np.ndarray:
+    """Index of the most similar templated name per text."""
+    from contrastive_bert.inference import ZeroShotClassifier
+
+    return ZeroShotClassifier(model, names, template=TEMPLATE, batch_size=128).similarities(texts).argmax(axis=1)
+
+
+def score(model, data: dict, trained: bool) -> dict[str, float]:
+    """Every score of one model (see the module doc)."""
     from contrastive_bert.heads.label_embedding import add_labels_from_names, find_label_head
+
+    names, seen, held = data["names"], data["seen"], data["held"]
+    texts, gold = data["test_texts"], data["test_gold"]
+    is_held = np.isin(gold, held)
+    held_texts = [t for t, h in zip(texts, is_held) if h]
+    held_gold = np.asarray([held.index(y) for y in gold[is_held]])
+    scores = {"heldout20": float((zero_shot(model, held_texts, [names[k] for k in held]) == held_gold).mean() * 100)}
+    seen_texts = [t for t, h in zip(texts, is_held) if not h]
+    seen_gold = np.asarray([seen.index(y) for y in gold[~is_held]])
+    if trained:
+        head = find_label_head(model)
+        with torch.no_grad():
+            embeddings = model.encode(texts, batch_size=128, convert_to_tensor=True, show_progress_bar=False).float()
+            scores["seen57"] = float((head.logits(embeddings[torch.as_tensor(~is_held)]).argmax(dim=1).cpu().numpy() == seen_gold).mean() * 100)
+            add_labels_from_names(model, [names[k] for k in held], template=TEMPLATE)
+            predicted = np.asarray(seen + held)[head.logits(embeddings).argmax(dim=1).cpu().numpy()]
+    else:
+        scores["seen57"] = float((zero_shot(model, seen_texts, [names[k] for k in seen]) == seen_gold).mean() * 100)
+        predicted = zero_shot(model, texts, names)
+    scores["all77_heldout_rows"] = float((predicted[is_held] == gold[is_held]).mean() * 100)
+    scores["all77_seen_rows"] = float((predicted[~is_held] == gold[~is_held]).mean() * 100)
+    for name, check in data["checks"].items():
+        scores[name] = float((zero_shot(model, check["texts"], check["names"]) == check["gold"]).mean() * 100)
+    return scores
+
+
+def run(spec: dict, data: dict, args) -> dict:
     from contrastive_bert.models import load_model
     from contrastive_bert.training.acl import train_label_classifier
     from contrastive_bert.training.recipe import TrainingRecipe
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--held-out", type=int, default=20)
-    parser.add_argument("--split-seed", type=int, default=0)
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--methods", default="ce,acl_grad")
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--learning-rate", type=float, default=1e-4)
-    parser.add_argument("--head-learning-rate", type=float, default=5e-3, help="learning rate of the freshly initialised label head")
-    parser.add_argument("--max-seq-length", type=int, default=32)
-    parser.add_argument("--emotion-test-samples", type=int, default=1000)
-    parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--output", default=str(RESULTS / "bench_zero_shot.json"))
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-
-    banking = load_dataset("banking77", data_dir=args.data_dir)
-    all_names = banking["train"].features["label"].names
-    held = sorted(random.Random(args.split_seed).sample(range(len(all_names)), args.held_out))
-    seen = [k for k in range(len(all_names)) if k not in held]
-    seen_index = {k: i for i, k in enumerate(seen)}
-    held_index = {k: i for i, k in enumerate(held)}
-    train = banking["train"].filter(lambda row: row["label"] in seen_index)
-    train = train.map(lambda row: {"label": seen_index[row["label"]]}).cast_column(
-        "label", ClassLabel(names=[all_names[k] for k in seen])
-    )
-    test_all = banking["test"]
-    test_held = test_all.filter(lambda row: row["label"] in held_index)
-    held_texts, held_gold = list(test_held["text"]), np.asarray([held_index[y] for y in test_held["label"]])
-    held_names = [all_names[k] for k in held]
-
-    emotion = load_dataset("emotion", data_dir=args.data_dir)
-    emotion_test = emotion["test"].shuffle(seed=0).select(range(min(args.emotion_test_samples, len(emotion["test"]))))
-    emotion_names = emotion["test"].features["label"].names
-    emotion_texts, emotion_gold = list(emotion_test["text"]), np.asarray(emotion_test["label"])
-
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    results = {
-        "config": {**{k: v for k, v in vars(args).items() if k != "output"}, "template": TEMPLATE,
-                   "held_out_intents": held_names, "train_rows_57": len(train), "held_out_test_rows": len(test_held),
-                   "emotion_test_rows": len(emotion_test)},
-        "untrained": {},
-        "trained": {},
-    }
-    model = load_model("default", device="cpu")
+    torch.manual_seed(spec["seed"])
+    model = load_model("default", device=args.device)
     model.max_seq_length = args.max_seq_length
-    results["untrained"] = {
-        "banking77_all77": zero_shot_accuracy(model, list(test_all["text"]), np.asarray(test_all["label"]), all_names),
-        "banking77_heldout20": zero_shot_accuracy(model, held_texts, held_gold, held_names),
-        "emotion": zero_shot_accuracy(model, emotion_texts, emotion_gold, emotion_names),
-    }
-    print("untrained", results["untrained"], flush=True)
-    output.write_text(json.dumps(results, indent=1))
+    record = {**spec, "train_rows": 0, "steps": 0, "train_seconds": 0.0}
+    if spec["method"] != "untrained":
+        options = METHODS[spec["method"]]
+        recipe = TrainingRecipe(
+            datasets=["banking77"], epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
+            learning_rate=args.learning_rate, head_learning_rate=args.head_learning_rate, seed=spec["seed"],
+            max_seq_length=args.max_seq_length, logging_steps=50, save_steps=10**6, eval_steps=10**6, dev_task=None, eval_tasks=[],
+        )
+        loss_options = {"label_embedding": options["label_embedding"], "label_template": TEMPLATE}
+        if options["method"] != "ce":
+            loss_options.update(contrastive_weight=args.contrastive_weight, temperature=args.temperature)
+        timer = StepTimer()
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory() as output_dir:
+            trainer, _ = train_label_classifier(model, data["train"], data["train"].features["label"].names,
+                                                options["method"], recipe, output_dir, callbacks=[timer], **loss_options)
+        record.update(train_rows=len(data["train"]), steps=trainer.state.global_step,
+                      train_seconds=time.perf_counter() - start,
+                      step_seconds_median=float(np.median(timer.durations)) if timer.durations else None)
+    record["scores"] = score(model, data, trained=spec["method"] != "untrained")
+    return record
 
-    for method in [m.strip() for m in args.methods.split(",") if m.strip()]:
-        runs = results["trained"].setdefault(method, {"runs": {}})
-        for seed in [int(s) for s in args.seeds.split(",")]:
-            torch.manual_seed(seed)
-            model = load_model("default", device="cpu")
-            recipe = TrainingRecipe(
-                datasets=["banking77"], max_steps=args.steps, batch_size=args.batch_size, learning_rate=args.learning_rate,
-                head_learning_rate=args.head_learning_rate,
-                seed=seed, max_seq_length=args.max_seq_length, logging_steps=max(1, args.steps // 6),
-                save_steps=10**6, eval_steps=10**6, dev_task=None, eval_tasks=[],
-            )
-            with tempfile.TemporaryDirectory() as output_dir:
-                train_label_classifier(model, train, [all_names[k] for k in seen], method, recipe, output_dir)
-            record = {
-                "banking77_heldout20": zero_shot_accuracy(model, held_texts, held_gold, held_names),
-                "emotion": zero_shot_accuracy(model, emotion_texts, emotion_gold, emotion_names),
-            }
-            # extend the trained head with the 20 embedded names and classify among all 77
-            head = find_label_head(model)
-            add_labels_from_names(model, [readable(n) for n in held_names], template=TEMPLATE)
-            order = seen + held  # head row -> original label id
-            with torch.no_grad():
-                embeddings = model.encode(list(test_all["text"]), batch_size=128, convert_to_tensor=True)
-                predicted = np.asarray(order)[head.logits(embeddings).argmax(dim=1).cpu().numpy()]
-            gold = np.asarray(test_all["label"])
-            is_held = np.isin(gold, held)
-            record["head77_on_heldout_rows"] = float((predicted[is_held] == gold[is_held]).mean() * 100)
-            record["head77_on_seen_rows"] = float((predicted[~is_held] == gold[~is_held]).mean() * 100)
-            runs["runs"][str(seed)] = record
-            print(method, seed, record, flush=True)
-            runs["summary"] = {
-                key: {"mean": statistics.fmean(v), "std": statistics.stdev(v) if len(v) > 1 else 0.0}
-                for key in record
-                for v in [[r[key] for r in runs["runs"].values()]]
-            }
-            output.write_text(json.dumps(results, indent=1))
+
+def summarize(log: list[dict], args) -> dict:
+    methods: dict[str, dict] = {}
+    for method in ["untrained", *METHODS]:
+        runs = sorted((r for r in log if r["method"] == method), key=lambda r: r["seed"])
+        if runs:
+            methods[method] = {"seeds": [r["seed"] for r in runs], "steps": runs[0]["steps"],
+                               "train_seconds": mean_std([r["train_seconds"] for r in runs]),
+                               **{k: mean_std([r["scores"][k] for r in runs]) for k in runs[0]["scores"]}}
+    base = methods.get("untrained")
+    gains = {}
+    if base:
+        for method, entry in methods.items():
+            if method != "untrained":
+                gains[method] = {k: entry[k]["mean"] - base[k]["mean"] for k in base if isinstance(base[k], dict) and "mean" in base[k] and k in entry and k != "train_seconds"}
+    return {
+        "methods": methods,
+        "gain_over_untrained": gains,
+        "protocol": {
+            "held_out_intents": None if not log else log[0].get("held_out_names"),
+            "template": TEMPLATE, "epochs": args.epochs, "max_steps_cap": args.max_steps, "eval_rows_cap": args.eval_rows,
+            "learning_rate": args.learning_rate, "head_learning_rate": args.head_learning_rate,
+            "contrastive_weight": args.contrastive_weight, "temperature": args.temperature,
+            "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
+            "check_samples": CHECK_SAMPLES,
+            "note": "lambda, tau and learning rates fixed, not tuned; 1 epoch on the 57 seen intents (7,418 rows)",
+        },
+        "environment": environment(),
+    }
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        raise ValueError(f"--methods: unknown {unknown}; choose from {sorted(METHODS)}")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    run_log = Path(args.run_log)
+    log = read_log(run_log)
+    done = {r["key"] for r in log}
+    data = load_data(args)
+    held_names = [data["names"][k] for k in data["held"]]
+    specs = [{"method": "untrained", "seed": 0}] + [{"method": m, "seed": s} for s in seeds for m in methods]
+    for spec in specs:
+        spec["key"] = json.dumps({**spec, "epochs": args.epochs, "max_steps": args.max_steps, "eval_rows": args.eval_rows}, sort_keys=True)
+        if spec["key"] in done:
+            continue
+        logger.info("run %s", spec["key"])
+        record = run(spec, data, args)
+        record["held_out_names"] = held_names
+        append_log(run_log, record)
+        log.append(record)
+        logger.info("done: %s", record["scores"])
+        output = Path(args.output)
+        output.write_text(json.dumps(summarize(log, args), indent=1, allow_nan=False))
+    Path(args.output).write_text(json.dumps(summarize(log, args), indent=1, allow_nan=False))
     return 0
 
 

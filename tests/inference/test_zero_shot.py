@@ -106,3 +106,14 @@ def test_bundled_model_zero_shot_on_banking_intents(bundled_model):
     ]
     assert classifier.predict(texts) == labels
     assert classifier.predict_proba(texts).shape == (4, 4)
+
+
+def test_zero_shot_equals_an_encoded_head_extended_by_names(tiny_model):
+    from contrastive_bert.heads.encoded_label import attach_encoded_label_head
+    from contrastive_bert.heads.label_embedding import add_labels_from_names, predict_proba
+
+    template = "This text is about {}."
+    attach_encoded_label_head(tiny_model, LABELS[:2], label_template=template)
+    add_labels_from_names(tiny_model, LABELS[2:])  # a label the head never had, by its name alone
+    classifier = ZeroShotClassifier(tiny_model, LABELS, template=template, scale=20.0)
+    np.testing.assert_allclose(classifier.predict_proba(TEXTS), predict_proba(tiny_model, TEXTS), rtol=1e-4, atol=1e-5)
