@@ -10,16 +10,21 @@ Each entry names (as ``"module:Class"`` strings) the loss class(es) whose constr
 its valid ``loss_options``, so :meth:`LossEntry.check_options` can reject a misspelled or
 out-of-range option before any model or data loads: unknown names against the signatures, then
 each class's own ``check_options(options)`` classmethod (if it has one) on the options it takes.
+Option names are read from the classes' source where it says them, so that a misspelled option
+of a sentence-transformers loss is reported without importing sentence-transformers.
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib
+import importlib.util
 import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 DATA_FORMATS = ("pairs", "scored_pairs", "labelled")
@@ -43,6 +48,70 @@ def _keyword_names(target: Any) -> tuple[set[str], bool]:
     parameters = inspect.signature(target).parameters.values()
     names = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     return names - BUILDER_FILLED, any(p.kind is p.VAR_KEYWORD for p in parameters)
+
+
+def _module_file(module: str) -> Path | None:
+    """The source file of ``module``, found without importing it (nor its packages)."""
+    top, *rest = module.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):  # e.g. a module object without a spec
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return Path(spec.origin) if spec is not None and spec.origin and not rest else None
+    folder = Path(next(iter(spec.submodule_search_locations))).joinpath(*rest)
+    for candidate in (folder / "__init__.py", folder.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _definition(module: str, name: str, depth: int = 0) -> ast.ClassDef | ast.FunctionDef | None:
+    """The class or function ``name`` of ``module`` in its source (following ``from .x import name``)."""
+    path = _module_file(module)
+    if path is None or depth > 3:
+        return None
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name:
+            return node
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level and any(a.name == name and a.asname in (None, name) for a in node.names):
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            return _definition(f"{base}.{node.module}" if node.module else base, name, depth + 1)
+    return None
+
+
+def _source_keyword_names(target: str) -> tuple[set[str], bool, bool] | None:
+    """``(names, takes_kwargs, defines_check_options)`` of a ``"module:Name"`` read from its source,
+    so that no library is imported to check option names; None when the source does not say."""
+    module, _, name = target.partition(":")
+    node = _definition(module, name)
+    defines_check = False
+    if isinstance(node, ast.ClassDef):
+        methods = {n.name: n for n in node.body if isinstance(n, ast.FunctionDef)}
+        defines_check = "check_options" in methods
+        node = methods.get("__init__")
+        if node is None:
+            return None
+    if node is None:
+        return None
+    arguments = node.args
+    names = {a.arg for a in arguments.args + arguments.kwonlyargs}
+    return names - BUILDER_FILLED, arguments.kwarg is not None, defines_check
+
+
+def _target_keyword_names(target: str) -> tuple[set[str], bool]:
+    from_source = _source_keyword_names(target)
+    return from_source[:2] if from_source is not None else _keyword_names(import_target(target))
+
+
+def _may_check_values(target: str) -> bool:
+    """Whether ``target`` may have a ``check_options`` (then it is imported to call it): this
+    package's classes always may; another library's only if its source defines one."""
+    from_source = _source_keyword_names(target)
+    return target.startswith("contrastive_bert.") or from_source is None or from_source[2]
 
 
 @dataclass(frozen=True)
@@ -69,7 +138,7 @@ class LossEntry:
             return None
         names, open_ended = set(self.extra_options), True
         for target in self.options_from:
-            target_names, takes_kwargs = _keyword_names(import_target(target))
+            target_names, takes_kwargs = _target_keyword_names(target)
             names |= target_names
             open_ended = open_ended and takes_kwargs
         return None if open_ended else names
@@ -91,6 +160,8 @@ class LossEntry:
         if self.check is not None:
             self.check(options)
         for target in self.options_from:
+            if not _may_check_values(target):
+                continue
             loss_class = import_target(target)
             if inspect.isclass(loss_class) and hasattr(loss_class, "check_options"):
                 accepted, takes_kwargs = _keyword_names(loss_class)
@@ -214,3 +285,13 @@ def _acl(model, train_dataset, recipe):
 
 register_loss(LossEntry("acl", "labelled", _acl, "group_by_label", "CE + lambda x label-anchored SupCon with ACL-Grad gating; head saved with the model (loss_options: temperature, contrastive_weight, gradient_gating, angle_threshold, mode=acl|supcon|ce, label_embedding=free|encoded, label_template, angle_parameters=all|head_last_layer, angle_every, ...)",
                         options_from=("contrastive_bert.losses.acl_embed:build_acl_loss", "contrastive_bert.losses.acl_embed:ACLEmbedLoss")))
+
+
+def _cross_layer(model, train_dataset, recipe):
+    from contrastive_bert.losses.cross_layer import build_cross_layer_loss
+
+    return build_cross_layer_loss(model, train_dataset, **recipe.loss_options)
+
+
+register_loss(LossEntry("cross_layer", "labelled", _cross_layer, "group_by_label", "exit heads on intermediate layers trained by CE + ACL-CL / logit KD towards the final classifier, backbone frozen by default (loss_options: method=acl_cl|kd|ce, exit_layers, exit_head=linear|mha, head_dim, temperature, weight, freeze_backbone)",
+                        options_from=("contrastive_bert.losses.cross_layer:CrossLayerLoss",)))

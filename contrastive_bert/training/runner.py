@@ -168,11 +168,9 @@ def fit(
 def check_recipe(recipe: TrainingRecipe):
     """Every check that needs no model and loads no data: recipe fields, the recorded recipe on
     resume, the loss and its options, the model path, data sets and their formats, tasks, the
-    output folder. Writes nothing. Returns ``(loss_entry, checkpoint_to_resume)``."""
-    from contrastive_bert.data import resolve_data_dir
-    from contrastive_bert.evaluation.tasks import check_tasks
+    output folder. Writes nothing. Returns ``(loss_entry, checkpoint_to_resume)``.
+    The cheapest checks run first, before the imports the later ones need."""
     from contrastive_bert.models import check_model_name
-    from contrastive_bert.training.train_data import check_train_datasets
 
     recipe.validate()
     if recipe.resume and (Path(recipe.output_dir) / RECIPE_FILE).is_file():
@@ -181,6 +179,10 @@ def check_recipe(recipe: TrainingRecipe):
     entry = get_loss_entry(recipe.loss)
     entry.check_options(recipe.loss_options)
     check_model_name(recipe.model)
+    from contrastive_bert.data import resolve_data_dir
+    from contrastive_bert.evaluation.tasks import check_tasks
+    from contrastive_bert.training.train_data import check_train_datasets
+
     resolve_data_dir(recipe.data_dir)
     check_train_datasets(recipe.datasets, entry.data_format)
     if recipe.eval_tasks:
@@ -200,12 +202,12 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
         from contrastive_bert.training.stages import train_stages
 
         return train_stages(recipe, callbacks=callbacks)
+    entry, checkpoint = check_recipe(recipe)  # before the heavy imports below: bad input fails in a second
     from contrastive_bert.evaluation.tasks import evaluate_tasks
     from contrastive_bert.models import load_model
     from contrastive_bert.training.task_evaluator import TaskEvaluator
     from contrastive_bert.training.train_data import build_train_dataset
 
-    entry, checkpoint = check_recipe(recipe)
     output_dir = Path(recipe.output_dir)
     train_dataset = build_train_dataset(
         recipe.datasets, entry.data_format, data_dir=recipe.data_dir, min_pair_score=recipe.min_pair_score,

@@ -169,3 +169,18 @@ def test_overwrite_removes_only_this_packages_artefacts(tmp_path, run_args, tiny
     assert not (run / "checkpoints" / "stale.txt").exists()
     assert _strict_json(run / "scores_before.json") == {}  # the new run's, not the old one's
     assert math.isfinite(_strict_json(run / "results.json")["train_seconds"])
+
+
+def test_bad_option_of_a_baseline_loss_fails_fast_in_a_fresh_process(tmp_path):
+    """As a user runs it: a new process, nothing imported yet (no torch, no sentence-transformers)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "contrastive_bert.cli", "train", "--loss", "mnrl", "--loss-options",
+                             '{"scael": 20}', "--output-dir", str(out)], capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    assert result.returncode == 2 and result.stderr.startswith("contrastive-bert train: error: loss_options.scael")
+    assert seconds < 5, f"{seconds:.1f} s"
+    assert not out.exists()

@@ -415,3 +415,25 @@ def test_write_json_is_strict_json(tmp_path, caplog):
     path = write_json(tmp_path / "r.json", {"a": float("nan"), "b": [1.0, float("inf")], "c": 2})
     assert json.loads(path.read_text()) == {"a": None, "b": [1.0, None], "c": 2}
     assert "r.json.a: nan is not a finite number" in caplog.text
+
+
+def test_option_names_from_source_equal_the_imported_signatures():
+    """Names read from the source (no import) are those inspect.signature gives after importing."""
+    from contrastive_bert.training.losses_registry import _keyword_names, _source_keyword_names, import_target
+
+    for name, entry in LOSSES.items():
+        for target in entry.options_from:
+            from_source = _source_keyword_names(target)
+            assert from_source is not None, target
+            assert from_source[:2] == _keyword_names(import_target(target)), target
+
+
+def test_misspelled_option_of_a_sentence_transformers_loss_imports_nothing_heavy():
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom contrastive_bert.training.losses_registry import get_loss_entry\n"
+            "try:\n    get_loss_entry('mnrl').check_options({'scael': 1})\nexcept ValueError as e:\n    print(e)\n"
+            "print(sorted(m for m in ('torch', 'sentence_transformers', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0].startswith("loss_options.scael: unknown option of loss 'mnrl'") and out[1] == "[]"
