@@ -39,33 +39,17 @@ class EncodedLabelClassifier(LabelEmbeddingClassifier):
     """Label head whose row k is the encoder's embedding of ``label_template.format(label_names[k])``.
 
     Args:
-        in_features, label_names, scale, normalize, module_input_name, module_output_name: as
-            :class:`LabelEmbeddingClassifier`.
+        *args, **kwargs: as :class:`LabelEmbeddingClassifier` (``in_features``, ``label_names``,
+            ``scale``, ...); the rows are random until :meth:`refresh` (or a load) fills them.
         label_template: format string with ``{}`` for the label name.
-        init_weight: optional (K, d) initial rows (else zeros until :meth:`refresh`).
     """
 
     config_keys: list[str] = [*LabelEmbeddingClassifier.config_keys, "label_template"]
 
-    def __init__(
-        self,
-        in_features: int,
-        label_names: Sequence[str],
-        scale: float = 20.0,
-        normalize: bool = True,
-        init_weight: Tensor | None = None,
-        module_input_name: str = "sentence_embedding",
-        module_output_name: str = "logits",
-        label_template: str = "{}",
-    ) -> None:
+    def __init__(self, *args: Any, label_template: str = "{}", **kwargs: Any) -> None:
         if not isinstance(label_template, str) or "{}" not in label_template:
             raise ValueError(f"label_template: must be a string containing '{{}}', got {label_template!r}")
-        if init_weight is None:
-            init_weight = torch.zeros(len(label_names), in_features) if isinstance(in_features, int) else None
-        super().__init__(
-            in_features, label_names, scale=scale, normalize=normalize, init_weight=init_weight,
-            module_input_name=module_input_name, module_output_name=module_output_name,
-        )
+        super().__init__(*args, **kwargs)
         self.label_template = label_template
 
     def _set_weight(self, weight: Tensor) -> None:
