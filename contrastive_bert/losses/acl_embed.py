@@ -59,7 +59,6 @@ from contrastive_bert.losses.acl_grad import (
     is_optimizer_sync_step,
 )
 from contrastive_bert.losses.supcon import SUPCON_CITATION, check_labels, label_anchored_supcon
-from contrastive_bert.losses.supcon import supervised_contrastive_loss  # noqa: F401  (old import path of cross_layer.py)
 
 logger = logging.getLogger(__name__)
 
