@@ -1,37 +1,31 @@
-"""Per-layer test accuracy of every exit: CE-only vs logit KD vs ACL-CL, linear vs MHA exits, 3 seeds.
+"""Per-layer test accuracy of every exit: CE-only vs logit KD vs ACL-CL, linear vs MHA exits, seeds.
 
-Recipe (sized for 2 shared CPU cores; numbers are for this recipe, not a full fine-tune):
-- bundled all-MiniLM-L6-v2 (6 layers), max_seq_length 48;
-- a stratified-random subsample of the training split (``--train-size``) and of the test split
-  (``--test-size``);
-- stage 1 (once per data set): backbone + final label-embedding classifier with ACL-Embed
-  (``ACLEmbedLoss``, tau 0.5, lambda 0.02, ACL-Grad off) through ``SentenceTransformerTrainer``,
-  head warm-started from class centroids;
-- stage 2 (per head type x method x seed): backbone + final exit frozen; exits on layers 1-5
-  trained on cached hidden states with ``CrossLayerLoss`` (``ce`` / ``kd`` / ``acl_cl``,
-  distillation weight 1, KD temperature 2);
-- reference rows: ``truncated`` = the stage-1 final classifier applied to each layer's pooled
-  embedding (no exit training); ``adaptive_layer`` (``--adaptive``) = a backbone trained with
-  sentence-transformers' AdaptiveLayerLoss around ACL-Embed, one shared head on every layer.
+Everything runs through the package's recipe path (``contrastive_bert.training.runner.train``,
+i.e. ``SentenceTransformerTrainer``): the bundled two-stage recipe of each data set
+(``scripts/recipes/<dataset>_multi_exit.yaml``) trains stage 1 once (ACL-Embed) and stage 2 for
+the first (head, method, seed); every other combination is the recipe's stage 2 alone, started
+from the same stage-1 model, with its ``method`` / ``exit_head`` / ``seed`` changed.
+
+Sized for 2 shared CPU cores: ``--train-size`` training rows (``max_train_samples``) and a
+stratified ``--test-size`` subsample of the test split. Reference row ``truncated``: the stage-1
+classifier applied to each layer's pooled embedding (no exit training).
 
 Writes ``eval/results/multi_exit.json`` (merged per data set) and ``multi_exit_<dataset>.png``.
-Run: ``flock /tmp/cbert_bench.lock .venv/bin/python eval/bench_multi_exit.py --datasets banking77``
+Run: ``OMP_NUM_THREADS=1 .venv/bin/python eval/bench_multi_exit.py --datasets banking77``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
 from pathlib import Path
 
 import numpy as np
-import torch
-
-from contrastive_bert.data import resolve_data_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DATA_DIR = resolve_data_dir()  # --data-dir-less script: $CONTRASTIVE_BERT_DATA, else the hub
+RECIPES = Path(__file__).resolve().parents[1] / "scripts" / "recipes"
 
 
 def stratified_subsample(labels: list[int], size: int, seed: int) -> list[int]:
@@ -48,103 +42,70 @@ def stratified_subsample(labels: list[int], size: int, seed: int) -> list[int]:
     return sorted(picked)
 
 
-def load_split(name: str, train_size: int, test_size: int, seed: int = 0):
-    from contrastive_bert.data import load_dataset
+def base_recipe(name: str, args: argparse.Namespace, output_dir: Path):
+    from contrastive_bert.training.recipe import TrainingRecipe
 
-    data = load_dataset(name, data_dir=DATA_DIR)
-    label_names = data["train"].features["label"].names
-    train, test = data["train"], data["test"]
-    train = train.select(stratified_subsample(train["label"], train_size, seed))
-    test = test.select(stratified_subsample(test["label"], test_size, seed + 1))
-    return train, test, label_names
+    return TrainingRecipe.from_file(RECIPES / f"{name}_multi_exit.yaml", {
+        "output_dir": str(output_dir), "max_train_samples": args.train_size, "data_dir": args.data_dir,
+        "overwrite": True,
+    })
 
 
-def stage1_model(train, label_names, steps: int, max_seq_length: int, seed: int, adaptive: bool = False):
-    """The bundled model after stage 1 (ACL-Embed), or after AdaptiveLayerLoss(ACL-Embed) training."""
-    from contrastive_bert.losses.cross_layer import adaptive_layer_baseline
-    from contrastive_bert.models import load_model
-    from contrastive_bert.training.multi_exit import attach_prototype_head, train_stage1, train_with_trainer
+def stage2_recipe(recipe, head: str, method: str, seed: int, output_dir: Path):
+    """The recipe's stage 2 alone, from its stage-1 model, with another head / method / seed."""
+    from contrastive_bert.training.recipe import TrainingRecipe
 
-    torch.manual_seed(seed)
-    model = load_model("default", device="cpu")
-    model[0].max_seq_length = max_seq_length
-    attach_prototype_head(model, train["text"], train["label"], label_names, seed=seed)
-    if adaptive:
-        loss = adaptive_layer_baseline(model, label_names)
-        train_with_trainer(model, train, loss, max_steps=steps, learning_rate=5e-5, seed=seed)
-    else:
-        train_stage1(model, train, label_names, max_steps=steps, learning_rate=5e-5, seed=seed, gradient_gating=False)
-    return model
+    stage = dict(recipe.stages[1])
+    stage["loss_options"] = {**stage["loss_options"], "method": method, "exit_head": head}
+    values = {k: v for k, v in recipe.to_dict().items() if k != "stages"}
+    values.update(stage, model=str(Path(recipe.output_dir) / "stage-1" / "final"), seed=seed,
+                  output_dir=str(output_dir), overwrite=True)
+    return TrainingRecipe.from_dict(values)
 
 
-def truncated_accuracy(model, label_names, test_cache) -> dict[int, float]:
-    """Every layer classified by the model's final label head (pooled embedding of that layer)."""
-    from contrastive_bert.heads.exits import add_exit_heads, remove_exit_heads, tie_exits_to_label_head
+def truncated_accuracy(stage1_folder: str, texts: list[str], labels: list[int]) -> dict[str, float]:
+    """Every layer classified by the stage-1 classifier (pooled embedding of that layer)."""
+    from contrastive_bert.heads.exits import add_exit_heads, tie_exits_to_label_head
     from contrastive_bert.heads.label_embedding import find_label_head
+    from contrastive_bert.models import load_model
     from contrastive_bert.training.multi_exit import evaluate_exits
 
-    remove_exit_heads(model)
-    heads = add_exit_heads(model, label_names, head_type="linear")
-    tie_exits_to_label_head(heads, find_label_head(model))
-    return evaluate_exits(heads, test_cache)
+    model = load_model(stage1_folder, device="cpu")
+    label_head = find_label_head(model)
+    heads = add_exit_heads(model, label_head.label_names, head_type="linear")
+    tie_exits_to_label_head(heads, label_head)
+    return {str(k): v for k, v in evaluate_exits(model, texts, labels).items()}
 
 
 def run_dataset(name: str, args: argparse.Namespace) -> dict:
-    from contrastive_bert.training.multi_exit import LayerStateCache, evaluate_exits, train_stage2_on_cache
+    from contrastive_bert.data import load_dataset
+    from contrastive_bert.models import load_model
+    from contrastive_bert.training.multi_exit import evaluate_exits
+    from contrastive_bert.training.runner import train
 
     started = time.time()
-    train, test, label_names = load_split(name, args.train_size, args.test_size)
-    model = stage1_model(train, label_names, args.stage1_steps, args.max_seq_length, seed=0)
-    print(f"[{name}] stage 1 done in {time.time() - started:.0f}s", flush=True)
-    layers = list(range(1, model[0].auto_model.config.num_hidden_layers + 1))
-    train_cache = LayerStateCache(model, train["text"], train["label"], layers)
-    test_cache = LayerStateCache(model, test["text"], test["label"], layers)
-    print(f"[{name}] caches done at {time.time() - started:.0f}s", flush=True)
-    result = {
-        "dataset": name,
-        "train_size": len(train),
-        "test_size": len(test),
-        "recipe": {
-            "model": "all-MiniLM-L6-v2 (bundled)",
-            "max_seq_length": args.max_seq_length,
-            "stage1_steps": args.stage1_steps,
-            "stage1": "ACL-Embed (tau 0.5, lambda 0.02, no gating), lr 5e-5, batch 32, GROUP_BY_LABEL, centroid-initialised head",
-            "stage2_steps": args.stage2_steps,
-            "stage2": "frozen backbone + final exit, exits on layers 1-5 trained on cached states, AdamW lr 1e-3, batch 32",
-            "distill_weight": 1.0,
-            "kd_temperature": 2.0,
-            "seeds": args.seeds,
-        },
-        "truncated": {str(k): v for k, v in truncated_accuracy(model, label_names, test_cache).items()},
-        "runs": [],
-    }
-    for head_type in args.head_types:
-        for method in args.methods:
-            for seed in range(args.seeds):
-                heads = train_stage2_on_cache(
-                    model, train_cache, label_names, head_type=head_type, method=method, seed=seed,
-                    max_steps=args.stage2_steps,
-                )
-                accuracy = evaluate_exits(heads, test_cache)
-                result["runs"].append(
-                    {"head": head_type, "method": method, "seed": seed, "accuracy": {str(k): v for k, v in accuracy.items()}}
-                )
-                print(f"[{name}] {head_type:6s} {method:6s} seed {seed}: "
-                      + " ".join(f"L{k}={v:.1f}" for k, v in accuracy.items()), flush=True)
-    if args.save_model:
-        from contrastive_bert.heads.exits import save_multi_exit_model
-
-        train_stage2_on_cache(model, train_cache, label_names, head_type=args.save_head, method="acl_cl", seed=0,
-                              max_steps=args.stage2_steps)
-        out = Path(args.save_model) / name
-        save_multi_exit_model(model, out)
-        print(f"[{name}] saved the ACL-CL {args.save_head} multi-exit model to {out}", flush=True)
-    if args.adaptive:
-        del train_cache
-        adaptive = stage1_model(train, label_names, args.stage1_steps, args.max_seq_length, seed=0, adaptive=True)
-        adaptive_cache = LayerStateCache(adaptive, test["text"], test["label"], layers)
-        result["adaptive_layer"] = {str(k): v for k, v in truncated_accuracy(adaptive, label_names, adaptive_cache).items()}
-        print(f"[{name}] adaptive_layer: {result['adaptive_layer']}", flush=True)
+    root = Path(args.work_dir) / name
+    test = load_dataset(name, split="test", data_dir=args.data_dir)
+    test = test.select(stratified_subsample(test["label"], args.test_size, seed=1))
+    texts, labels = list(test["text"]), list(test["label"])
+    recipe = base_recipe(name, args, root / "two-stage")
+    result = {"dataset": name, "train_size": args.train_size, "test_size": len(texts),
+              "recipe": str(RECIPES / f"{name}_multi_exit.yaml"), "seeds": args.seeds, "runs": []}
+    combos = [(h, m, s) for h in args.head_types for m in args.methods for s in range(args.seeds)]
+    for index, (head, method, seed) in enumerate(combos):
+        if index == 0:
+            stage = recipe.stages[1]
+            recipe.stages[1] = {**stage, "loss_options": {**stage["loss_options"], "method": method, "exit_head": head}, "seed": seed}
+            train(recipe)
+            folder = Path(recipe.output_dir) / "final"
+            result["truncated"] = truncated_accuracy(str(Path(recipe.output_dir) / "stage-1" / "final"), texts, labels)
+        else:
+            run = stage2_recipe(recipe, head, method, seed, root / f"{head}-{method}-{seed}")
+            train(run)
+            folder = Path(run.output_dir) / "final"
+        accuracy = evaluate_exits(load_model(str(folder), device="cpu"), texts, labels)
+        result["runs"].append({"head": head, "method": method, "seed": seed, "accuracy": {str(k): v for k, v in accuracy.items()}})
+        logging.info("[%s] %s %s seed %d: %s", name, head, method, seed, accuracy)
     result["summary"] = summarize(result)
     result["seconds"] = round(time.time() - started, 1)
     return result
@@ -152,25 +113,23 @@ def run_dataset(name: str, args: argparse.Namespace) -> dict:
 
 def summarize(result: dict) -> dict:
     """Mean and std over seeds per (head, method, layer), and ACL-CL's gain over CE and KD."""
-    table: dict[str, dict[str, dict[str, float]]] = {}
+    table: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     groups: dict[tuple[str, str], list[dict[str, float]]] = {}
     for run in result["runs"]:
         groups.setdefault((run["head"], run["method"]), []).append(run["accuracy"])
     for (head, method), runs in groups.items():
-        layers = runs[0].keys()
         table.setdefault(head, {})[method] = {
             layer: {"mean": float(np.mean([r[layer] for r in runs])), "std": float(np.std([r[layer] for r in runs]))}
-            for layer in layers
+            for layer in runs[0]
         }
     gains = {}
     for head, methods in table.items():
-        if "acl_cl" in methods:
-            for baseline in ("ce", "kd"):
-                if baseline in methods:
-                    gains[f"{head}: acl_cl - {baseline}"] = {
-                        layer: round(methods["acl_cl"][layer]["mean"] - methods[baseline][layer]["mean"], 2)
-                        for layer in methods["acl_cl"]
-                    }
+        for baseline in ("ce", "kd"):
+            if "acl_cl" in methods and baseline in methods:
+                gains[f"{head}: acl_cl - {baseline}"] = {
+                    layer: round(methods["acl_cl"][layer]["mean"] - methods[baseline][layer]["mean"], 2)
+                    for layer in methods["acl_cl"]
+                }
     return {"per_layer": table, "acl_cl_gain": gains}
 
 
@@ -185,18 +144,13 @@ def plot(result: dict, path: Path) -> None:
     colors = {"linear": "tab:blue", "mha": "tab:orange"}
     for head, methods in result["summary"]["per_layer"].items():
         for method, layers in methods.items():
-            xs = [int(k) for k in layers]
-            ax.errorbar(xs, [layers[k]["mean"] for k in layers], yerr=[layers[k]["std"] for k in layers],
-                        linestyle=styles.get(method, "-"), color=colors.get(head), marker="o", capsize=3,
-                        label=f"{head} / {method}")
-    truncated = result["truncated"]
+            ax.errorbar([int(k) for k in layers], [v["mean"] for v in layers.values()], yerr=[v["std"] for v in layers.values()],
+                        linestyle=styles.get(method, "-"), color=colors.get(head), marker="o", capsize=3, label=f"{head} / {method}")
+    truncated = result.get("truncated", {})
     ax.plot([int(k) for k in truncated], list(truncated.values()), color="gray", marker="x", label="final head on layer (no exit training)")
-    if "adaptive_layer" in result:
-        adaptive = result["adaptive_layer"]
-        ax.plot([int(k) for k in adaptive], list(adaptive.values()), color="tab:green", marker="s", label="AdaptiveLayerLoss (shared head)")
     ax.set_xlabel("exit layer")
     ax.set_ylabel("test accuracy (%)")
-    ax.set_title(f"{result['dataset']}: per-exit accuracy (mean ± std over {result['recipe']['seeds']} seeds)")
+    ax.set_title(f"{result['dataset']}: per-exit accuracy (mean ± std over {result['seeds']} seeds)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -209,27 +163,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--datasets", nargs="+", default=["banking77", "emotion"])
     parser.add_argument("--train-size", type=int, default=2000)
     parser.add_argument("--test-size", type=int, default=1000)
-    parser.add_argument("--stage1-steps", type=int, default=100)
-    parser.add_argument("--stage2-steps", type=int, default=300)
-    parser.add_argument("--max-seq-length", type=int, default=48)
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--head-types", nargs="+", default=["linear", "mha"])
-    parser.add_argument("--methods", nargs="+", default=["ce", "kd", "acl_cl"])
-    parser.add_argument("--adaptive", action="store_true", help="also train the AdaptiveLayerLoss baseline backbone")
-    parser.add_argument("--save-model", default="output/multi_exit", help="folder for the ACL-CL model ('' = do not save)")
-    parser.add_argument("--save-head", default="mha", choices=["linear", "mha"])
+    parser.add_argument("--head-types", nargs="+", default=["mha", "linear"])
+    parser.add_argument("--methods", nargs="+", default=["acl_cl", "ce", "kd"])
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--work-dir", default="output/bench_multi_exit")
     parser.add_argument("--output", default=str(RESULTS / "multi_exit.json"))
     args = parser.parse_args(argv)
-    torch.set_num_threads(2)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     merged = json.loads(output.read_text()) if output.is_file() else {}
     for name in args.datasets:
         result = run_dataset(name, args)
         merged[name] = result
-        output.write_text(json.dumps(merged, indent=2))
+        output.write_text(json.dumps(merged, indent=2, allow_nan=False) + "\n")
         plot(result, output.parent / f"multi_exit_{name}.png")
-        print(json.dumps(result["summary"]["acl_cl_gain"], indent=1), flush=True)
+        print(json.dumps(result["summary"]["acl_cl_gain"], indent=1))
 
 
 if __name__ == "__main__":
