@@ -64,7 +64,9 @@ def resolve_dataset_argument(
     if isinstance(value, DatasetSpec):
         return value
     key = str(value)
-    if key in REGISTRY and format is None and not columns:
+    if key in REGISTRY:
+        if format is not None or columns:
+            raise ValueError(f"format: {key!r} is a registered {REGISTRY[key].task_type} data set; a format and columns apply to data files only")
         return REGISTRY[key]
     if not is_data_file(key):
         raise _unknown(key)

@@ -159,6 +159,8 @@ def test_missing_file_and_unknown_columns(tmp_path):
         resolve_dataset_argument(str(path), format="pair-score")
     with pytest.raises(ValueError, match=r"format: expected one of .*labelled.*got 'quads'"):
         resolve_dataset_argument(str(path), format="quads")
+    with pytest.raises(ValueError, match=r"format: 'stsb' is a registered pair-score data set; a format and columns apply to data files only"):
+        resolve_dataset_argument("stsb", format="pairs")
 
 
 def test_bad_score_in_file_fails_when_loaded(tmp_path):
