@@ -31,6 +31,19 @@ all-reduce apply unchanged; the trainer's own backward only touches the paramete
   is compared, so every rank takes the same decision.
 - Needs non-reentrant gradient checkpointing if checkpointing is on (``use_reentrant=False``).
 
+Cheaper ACL-Grad (``angle_parameters="head_last_layer"`` and/or ``angle_every=N``): the two
+per-term gradients are taken only over the head and the encoder's last layer (a backward through
+one layer), on the first micro-batch of every N-th optimizer step; the decision holds until the
+next one and the loss returns ``CE + lambda' x SupCon`` for the trainer's single backward.
+``angle_audit_every`` also records the exact angle on some decisions, to measure how often the two
+decisions agree.
+
+Encoded labels (``label_embedding="encoded"``): the K label embeddings are the encoder's own
+embeddings of ``label_template.format(name)``; each step re-encodes the names of the batch's classes
+with gradients (the others come from the head's stored rows, re-encoded every
+``label_refresh_every`` steps and at the end of training), so CE and SupCon train the encoder
+through the label names and a new label is added by its name alone.
+
 The per-step angles are kept in ``angle_history``; log them with
 :class:`contrastive_bert.losses.acl_grad.GradientAngleCallback` (``trainer_callbacks`` does).
 """
