@@ -118,9 +118,17 @@ def test_bundled_recipes_load():
 
     folder = Path(__file__).resolve().parents[2] / "scripts" / "recipes"
     for path in sorted(folder.glob("*.y*ml")):
-        recipe = TrainingRecipe.from_file(path)
-        get_loss_entry(recipe.loss)
-        check_train_datasets(recipe.datasets, get_loss_entry(recipe.loss).data_format)
+        for recipe in _runs(TrainingRecipe.from_file(path)):
+            entry = get_loss_entry(recipe.loss)
+            entry.check_options(recipe.loss_options)
+            check_train_datasets(recipe.datasets, entry.data_format)
+
+
+def _runs(recipe):
+    """A recipe's training runs: its stages in order, or itself."""
+    from contrastive_bert.training.stages import stage_recipes
+
+    return stage_recipes(recipe) if recipe.stages else [recipe]
 
 
 @pytest.mark.parametrize(
@@ -329,11 +337,14 @@ def test_bundled_recipes_build_their_losses(tiny_model, shared_data):
 
     folder = Path(__file__).resolve().parents[2] / "scripts" / "recipes"
     for path in sorted(folder.glob("*.y*ml")):
-        recipe = TrainingRecipe.from_file(path, {"data_dir": str(shared_data)})
-        entry = get_loss_entry(recipe.loss)
-        rows = build_train_dataset(recipe.datasets, entry.data_format, data_dir=str(shared_data), max_samples=64)
-        loss = entry.build(copy.deepcopy(tiny_model), rows, recipe)
-        assert loss.get_config_dict() is not None, path.name
+        model = copy.deepcopy(tiny_model)  # stages build on the model the stage before left
+        for recipe in _runs(TrainingRecipe.from_file(path, {"data_dir": str(shared_data)})):
+            entry = get_loss_entry(recipe.loss)
+            if "exit_layers" in recipe.loss_options:  # the tiny BERT has 2 layers: one exit below the last
+                recipe.loss_options = {**recipe.loss_options, "exit_layers": [1]}
+            rows = build_train_dataset(recipe.datasets, entry.data_format, data_dir=str(shared_data), max_samples=64)
+            loss = entry.build(model, rows, recipe)
+            assert loss.get_config_dict() is not None, path.name
 
 
 # --------------------------------------------------------------------------- loss options without a model
