@@ -201,7 +201,7 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
     if recipe.stages:
         from contrastive_bert.training.stages import train_stages
 
-        return train_stages(recipe, callbacks=callbacks)
+        return TrainingOutcome(**train_stages(recipe, run_stage=train, callbacks=callbacks))
     entry, checkpoint = check_recipe(recipe)  # before the heavy imports below: bad input fails in a second
     from contrastive_bert.evaluation.tasks import evaluate_tasks
     from contrastive_bert.models import load_model

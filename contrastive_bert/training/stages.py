@@ -20,6 +20,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -174,11 +175,11 @@ def evaluate_multi_exit(model: Any, recipe: TrainingRecipe) -> dict[str, Any]:
     }
 
 
-def train_stages(recipe: TrainingRecipe, callbacks: list | None = None):
-    """Run a staged recipe (see the module doc); returns the last stage's ``TrainingOutcome``
-    with the combined results under ``<output_dir>``."""
+def train_stages(recipe: TrainingRecipe, run_stage: Callable[..., Any], callbacks: list | None = None) -> dict[str, Any]:
+    """Run a staged recipe (see the module doc), each stage by ``run_stage(stage_recipe,
+    callbacks=...)`` (the runner's ``train``); returns the fields of the run's ``TrainingOutcome``
+    (the final model, the combined results under ``<output_dir>``)."""
     from contrastive_bert.heads.exits import find_exit_heads
-    from contrastive_bert.training.runner import TrainingOutcome, train
 
     recipes = check_stages(recipe)
     output_dir = Path(recipe.output_dir)
@@ -193,26 +194,28 @@ def train_stages(recipe: TrainingRecipe, callbacks: list | None = None):
         state = _stage_state(stage)
         if state == "done":
             logger.info("stage %d: done already (%s), skipped", index + 1, stage.output_dir)
-            stage_results.append(json.loads((Path(stage.output_dir) / RESULTS_FILE).read_text(encoding="utf-8")))
-            continue
-        stage.resume, stage.overwrite = state == "resume", state == "restart"
-        logger.info("stage %d: %s %s with loss %r", index + 1, "resuming" if stage.resume else "training", stage.output_dir, stage.loss)
-        outcome = train(stage, callbacks=callbacks)
-        log_history += outcome.log_history
+        else:
+            stage.resume, stage.overwrite = state == "resume", state == "restart"
+            logger.info("stage %d: %s %s with loss %r", index + 1, "resuming" if stage.resume else "training",
+                        stage.output_dir, stage.loss)
+            outcome = run_stage(stage, callbacks=callbacks)
+            log_history += outcome.log_history
         stage_results.append(json.loads((Path(stage.output_dir) / RESULTS_FILE).read_text(encoding="utf-8")))
     final = output_dir / FINAL_MODEL
     if final.exists():
         shutil.rmtree(final)
     shutil.copytree(Path(recipes[-1].output_dir) / FINAL_MODEL, final)
-    if outcome is None:  # every stage was done: load the final model for the evaluation
+    if outcome is None:  # every stage was done already: the final model for the evaluation
         from contrastive_bert.models import load_model
 
-        outcome = TrainingOutcome(load_model(str(final)), str(output_dir))
+        model, after = load_model(str(final)), stage_results[-1].get("after", {})
+    else:
+        model, after = outcome.model, outcome.after
     results: dict[str, Any] = {"recipe": recipe.recorded(), "stages": stage_results,
                                "train_seconds": sum(r.get("train_seconds", 0.0) for r in stage_results)}
-    if find_exit_heads(outcome.model) is not None:
-        results["multi_exit"] = evaluate_multi_exit(outcome.model, recipes[-1])
+    if find_exit_heads(model) is not None:
+        results["multi_exit"] = evaluate_multi_exit(model, recipes[-1])
     write_json(output_dir / RESULTS_FILE, results)
     logger.info("staged run done in %.0fs: %s", time.perf_counter() - start, output_dir)
-    return TrainingOutcome(outcome.model, str(output_dir), stage_results[0].get("before", {}), outcome.after,
-                           log_history, results["train_seconds"])
+    return {"model": model, "output_dir": str(output_dir), "before": stage_results[0].get("before", {}), "after": after,
+            "log_history": log_history, "train_seconds": results["train_seconds"]}

@@ -87,34 +87,32 @@ def test_each_example_answered_by_its_exit(multi_exit, criterion, threshold):
     assert result.avg_layers == pytest.approx(result.exit_layers.mean())
 
 
-def test_exited_rows_are_not_computed(multi_exit):
+def _layer_calls(model, criterion, threshold) -> tuple[list[tuple[int, int]], object]:
+    """(layer, rows) of every encoder-layer call during one early-exit predict, and the result."""
     calls: list[tuple[int, int]] = []
     hooks = [
         layer.register_forward_hook(lambda module, args, output, i=i: calls.append((i, args[0].shape[0])))
-        for i, layer in enumerate(multi_exit[0].auto_model.encoder.layer, start=1)
+        for i, layer in enumerate(model[0].auto_model.encoder.layer, start=1)
     ]
     try:
-        result = EarlyExitClassifier(multi_exit, "confidence", 0.0, batch_size=12).predict(TEXTS)
+        result = EarlyExitClassifier(model, criterion, threshold, batch_size=12).predict(TEXTS)
     finally:
         for hook in hooks:
             hook.remove()
+    return calls, result
+
+
+def test_exited_rows_are_not_computed(multi_exit):
+    calls, result = _layer_calls(multi_exit, "confidence", 0.0)
     assert (result.exit_layers == 1).all()  # max p > 0 always: every row exits at layer 1
     assert calls == [(1, 12)]  # layers 2-4 never ran
 
 
 def test_rows_shrink_layer_by_layer(multi_exit):
+    calls, result = _layer_calls(multi_exit, "margin", 0.8)
     rows_per_layer: dict[int, int] = {}
-    hooks = [
-        layer.register_forward_hook(
-            lambda module, args, output, i=i: rows_per_layer.__setitem__(i, rows_per_layer.get(i, 0) + args[0].shape[0])
-        )
-        for i, layer in enumerate(multi_exit[0].auto_model.encoder.layer, start=1)
-    ]
-    try:
-        result = EarlyExitClassifier(multi_exit, "margin", 0.8, batch_size=12).predict(TEXTS)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    for layer, rows in calls:
+        rows_per_layer[layer] = rows_per_layer.get(layer, 0) + rows
     assert 0 < rows_per_layer[4] < 12  # some rows stopped early, some ran all layers
     for layer in range(1, 5):
         assert rows_per_layer.get(layer, 0) == int((result.exit_layers >= layer).sum())
