@@ -10,9 +10,12 @@ Two exit types, both ending in the label-embedding classifier of
   [CLS] vector to ``out_features`` (tanh), then the label-embedding classifier.
 
 :class:`MultiExitHeads` holds one exit per chosen layer and is a sentence-transformers module:
-appended to a ``SentenceTransformer`` it is saved and reloaded with the model, and it leaves
-plain ``encode`` untouched (it only adds ``exit_embeddings``/``exit_logits`` to the features
-when the transformer returns its hidden states, see :func:`exit_outputs`). The exit on the last
+appended to a ``SentenceTransformer`` it is listed in ``modules.json`` and saved by
+``model.save(path)`` like any module, and it leaves plain ``encode`` untouched (it passes the
+features through, adding ``exit_embeddings``/``exit_logits`` only when the transformer returns its
+hidden states, see :func:`exit_outputs`). Reload with :func:`load_multi_exit_model` /
+``contrastive_bert.models.load_model(path)``, or ``SentenceTransformer(path, trust_remote_code=True)``
+(sentence-transformers 6 imports module classes outside its own namespace only when trusted). The exit on the last
 layer is always a linear exit on the final layer: it is the model's final classifier (the
 teacher of ACL-CL and stage 1 of two-stage training).
 """
