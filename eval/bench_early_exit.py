@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output-dir", default="output/banking77-multi-exit", help="run folder of the two-stage recipe")
     parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--batch-sizes", default="1,32")
+    parser.add_argument("--batch-sizes", default="32,1", help="in this order; the JSON is written after each")
     parser.add_argument("--repeats", type=int, default=1, help="timed passes per setting (the fastest is kept)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--limit", type=int, default=None, help="first N test rows only (smoke runs)")
@@ -126,6 +126,15 @@ def main(argv: list[str] | None = None) -> None:
                                     repeats=args.repeats)
         result["batch_sizes"][str(size)] = {k: measured[k] for k in ("full", "truncated", "sweep")}
         logging.info("batch %d: full %s, best within 1 point %s", size, measured["full"], best_within(measured))
+        write(result, texts, model, args, started)
+    print(json.dumps(result["summary"], indent=1))
+
+
+def write(result: dict, texts: list[str], model, args: argparse.Namespace, started: float) -> None:
+    """The JSON (and the figure) of the batch sizes measured so far."""
+    from contrastive_bert.heads.exits import get_exit_heads
+
+    heads = get_exit_heads(model)
     result["summary"] = {"best_within_1_point": {size: best_within(part) for size, part in result["batch_sizes"].items()}}
     result["setup"] = {
         "test_size": len(texts),
@@ -141,7 +150,6 @@ def main(argv: list[str] | None = None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
     plot(result, out.parent / "early_exit_banking77.png")
-    print(json.dumps(result["summary"], indent=1))
 
 
 if __name__ == "__main__":
