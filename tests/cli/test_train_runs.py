@@ -72,7 +72,18 @@ def test_bare_resume_continues_the_recorded_run(tmp_path, run_args, tiny_loader,
     assert b["before"] == a["before"]  # read back from scores_before.json, not recomputed
     # Same weights at the end: the resumed run restored optimizer, scheduler, RNG and data order.
     assert b["after"]["mrpc"]["main_score"] == pytest.approx(a["after"]["mrpc"]["main_score"], abs=1e-6)
+    weights_a, weights_b = _weights(whole / "final"), _weights(parts / "final")
+    assert weights_a.keys() == weights_b.keys() and len(weights_a) > 10
+    assert max(float((weights_a[k] - weights_b[k]).abs().max()) for k in weights_a) < 1e-6
     assert tiny_loader == ["tiny"] * 3
+
+
+def _weights(folder):
+    """Every tensor saved under a model folder, keyed by file and name."""
+    from safetensors.torch import load_file
+
+    return {f"{path.relative_to(folder)}:{name}": tensor
+            for path in sorted(folder.rglob("*.safetensors")) for name, tensor in load_file(str(path)).items()}
 
 
 def test_resume_refuses_a_conflicting_flag_and_logs_an_allowed_one(tmp_path, run_args, tiny_loader, capsys, caplog):
