@@ -39,10 +39,12 @@ _HELP = {
     "mixed_precision": "mixed precision (fp16, bf16, auto: CUDA only)",
     "head_learning_rate": "learning rate of heads on top of the encoder (label / exit heads)",
     "warmup_ratio": "fraction of the steps with linear learning-rate warm-up",
+    "stages": "JSON list of training stages run in order, each the fields it changes, e.g. '[{\"loss\": \"acl\"}, ...]'",
 }
 # Fields whose flags come from the shared helpers of cli/arguments.py.
 _SHARED = ("model", "datasets", "data_dir", "batch_size", "output_dir", "overwrite", "resume")
 _JSON_FIELDS = ("loss_options",)
+_METAVARS = {"loss": "NAME", "dev_task": "TASK", "eval_tasks": "TASKS"}
 
 
 def _flag_type(name: str, hint: Any):
@@ -92,7 +94,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         elif field.name == "mixed_precision":
             parser.add_argument(flag, dest=field.name, choices=MIXED_PRECISION, default=suppress, help=help_text)
         else:
-            metavar = "JSON" if field.name in _JSON_FIELDS else {int: "N", float: "X", comma_list: "NAMES"}.get(kind, "VALUE")
+            hint = hints[field.name]
+            takes_json = field.name in _JSON_FIELDS or (typing.get_origin(hint) in (dict, list) and kind is str)
+            metavar = "JSON" if takes_json else _METAVARS.get(field.name) or {int: "N", float: "X"}.get(kind, "VALUE")
             parser.add_argument(flag, dest=field.name, type=kind, default=suppress, metavar=metavar, help=help_text)
     parser.set_defaults(func=run_train)
     return parser
