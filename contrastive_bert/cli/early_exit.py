@@ -1,12 +1,11 @@
-"""``contrastive-bert early-exit``: classify with early exit, or sweep exit thresholds.
+"""contrastive-bert early-exit: classify with early exit, or sweep exit thresholds.
 
-Classify (one text per line of ``--input``; one JSON line per text on stdout or ``--output``)::
+Classify (one text per line of --input; one JSON line per text on stdout or --output):
 
-    contrastive-bert early-exit --model output/banking77-multi-exit/final --input texts.txt \
-        --criterion confidence --threshold 0.9
+    contrastive-bert early-exit --model output/banking77-multi-exit/final --input texts.txt --criterion confidence --threshold 0.9
 
 Sweep on a labelled data set (accuracy, throughput and average layers of the full model and
-of each threshold; defaults: the margin criterion and its default thresholds)::
+of each threshold; defaults: the margin criterion and its default thresholds):
 
     contrastive-bert early-exit --model output/banking77-multi-exit/final --sweep --dataset banking77
 """
