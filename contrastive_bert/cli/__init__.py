@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from contrastive_bert.cli.arguments import add_verbosity_arguments
@@ -62,6 +63,9 @@ def configure_logging(verbosity: int) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"))
         root.addHandler(handler)
     root.setLevel(level)
+    if level >= logging.ERROR:  # --quiet: no progress bars either (read when those libraries import)
+        for variable in ("TQDM_DISABLE", "HF_DATASETS_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS"):
+            os.environ.setdefault(variable, "1")
     for name in ("transformers", "sentence_transformers", "datasets", "mteb", "urllib3", "filelock", "httpx"):
         logging.getLogger(name).setLevel(level if level == logging.DEBUG else max(level, logging.WARNING))
 
