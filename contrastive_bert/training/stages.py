@@ -90,6 +90,19 @@ def _model_folder_info(name: str) -> tuple[int | None, bool]:
     return (int(depth) if depth is not None else None), has_classifier
 
 
+def _check_data_reachable(recipe: TrainingRecipe) -> None:
+    """Each data set has a local folder or a reachable hub (the loader's one-line error, before
+    anything is written)."""
+    from contrastive_bert.data import get_dataset
+    from contrastive_bert.data.hub import hub_reachable, offline_message
+    from contrastive_bert.data.loading import local_folder
+
+    for name in recipe.datasets:
+        spec = get_dataset(name)
+        if local_folder(spec, recipe.data_dir) is None and spec.hub_id is not None and not hub_reachable():
+            raise ValueError(offline_message(spec))
+
+
 def check_stages(recipe: TrainingRecipe) -> list[TrainingRecipe]:
     """Every check of a staged recipe that needs no model: each stage's fields, loss and loss
     options, data sets and tasks, a classifier before the cross-layer loss, exit layers against
@@ -108,6 +121,7 @@ def check_stages(recipe: TrainingRecipe) -> list[TrainingRecipe]:
             entry = get_loss_entry(stage.loss)
             entry.check_options(stage.loss_options)
             check_train_datasets(stage.datasets, entry.data_format)
+            _check_data_reachable(stage)
             if stage.eval_tasks:
                 check_tasks(stage.eval_tasks)
             if stage.dev_task:

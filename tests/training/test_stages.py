@@ -151,3 +151,13 @@ def test_bundled_multi_exit_recipes_pass_every_check(tmp_path):
         stages = check_stages(recipe)
         assert [s.loss for s in stages] == ["acl", "cross_layer"]
         assert stages[1].model.endswith("stage-1/final") and stages[1].loss_options["exit_head"] == "mha"
+
+
+def test_offline_data_is_an_error_before_anything_is_written(tiny6_path, tmp_path, monkeypatch):
+    from contrastive_bert.training.runner import train
+
+    monkeypatch.delenv("CONTRASTIVE_BERT_DATA", raising=False)
+    monkeypatch.setattr("contrastive_bert.data.hub.hub_reachable", lambda: False)
+    with pytest.raises(ValueError, match=r"^stages\[0\]\.dataset 'banking77': no local data root given"):
+        train(_staged(tiny6_path, tmp_path, [ACL, {"loss": "cross_layer"}]))
+    assert not (tmp_path / "never").exists()
