@@ -222,8 +222,7 @@ def _help(command: str) -> str:
     return subparsers[command].format_help() if command else parser.format_help()
 
 
-@pytest.mark.parametrize("command", ["", "train", "eval", "mine", "classify", pytest.param("early-exit", marks=pytest.mark.xfail(
-    reason="early-exit is being rebuilt (its help prints the module docstring's ``markup``)", strict=False))])
+@pytest.mark.parametrize("command", ["", "train", "eval", "mine", "classify", "early-exit"])
 def test_help_defaults_are_clean(command):
     text = " ".join(_help(command).split())  # undo line wrapping
     assert "['" not in text and "(default: None)" not in text and "==SUPPRESS==" not in text
