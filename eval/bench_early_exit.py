@@ -15,7 +15,7 @@ Writes ``eval/results/early_exit.json``::
       "avg_layers"}]}, "32": {...}}, "summary": {...}, "setup": {...}}
 
 (for ``patience`` the threshold is the number of agreeing exits) and ``early_exit_banking77.png``.
-Run: ``OMP_NUM_THREADS=1 .venv/bin/python eval/bench_early_exit.py``
+Run: ``OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false .venv/bin/python eval/bench_early_exit.py``
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -141,6 +142,7 @@ def write(result: dict, texts: list[str], model, args: argparse.Namespace, start
         "exit_heads": f"{heads.head_type} on layers {heads.intermediate_layers} + final linear",
         "max_seq_length": model.max_seq_length,
         "threads": torch.get_num_threads(),
+        "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM", "unset"),
         "repeats": args.repeats,
         "seconds": round(time.time() - started, 1),
         "notes": "throughput includes tokenisation; 'threshold' holds the patience t for criterion 'patience'; "
