@@ -15,8 +15,8 @@ chosen configuration's seeds):
   two decisions agree. SupCon and ACL-Embed run the same estimate at threshold 180 (never gates a
   finite angle, so their gradient is the ungated one) every 10 steps, to log their angles.
   Audit time is measured and reported apart from training time.
-- A short interleaved timing block (``cost``) measures steps/s of CE, ACL-Embed and the ACL-Grad
-  variants on the same batches.
+- A short timing block (``cost``) measures the seconds per step of CE, ACL-Embed, the ACL-Grad
+  variants and the encoded label head, interleaved step by step on the same batches.
 
 Resumable: every finished run is one line of the run log (``acl_quality_runs.jsonl``) and is
 skipped on restart; ``acl_quality.json`` is rebuilt from the log after every run and is valid with
@@ -68,14 +68,15 @@ LOG_ANGLE_EVERY = 10
 # Run order, most informative first: ACL-Grad's cost (short), Banking77 full CE vs ACL, then the cheap 10-shot rows.
 BLOCKS = [("cost", "cost"), ("banking77", "full"), ("banking77", "10-shot"), ("emotion", "10-shot"),
           ("emotion", "full"), ("sst2", "full")]
-COST_VARIANTS = {
-    "ce": {"method": "ce"},
-    "acl_embed": {"method": "acl_embed"},
-    "acl_embed_grad_exact": {"method": "acl_embed_grad", "angle_parameters": "all", "angle_threshold": ANGLE_THRESHOLD},
-    "acl_embed_grad_head_last_layer": {"method": "acl_embed_grad", "angle_parameters": "head_last_layer", "angle_threshold": ANGLE_THRESHOLD},
-    "acl_embed_grad_exact_every5": {"method": "acl_embed_grad", "angle_parameters": "all", "angle_every": 5, "angle_threshold": ANGLE_THRESHOLD},
+COST_VARIANTS = {  # ACLEmbedLoss options, lambda 0.5, tau 0.1
+    "ce": {"mode": "ce", "gradient_gating": False},
+    "acl_embed": {"gradient_gating": False},
+    "acl_embed_grad_exact": {"angle_parameters": "all"},
+    "acl_embed_grad_head_last_layer": {"angle_parameters": "head_last_layer"},
+    "acl_embed_grad_exact_every5": {"angle_parameters": "all", "angle_every": 5},
+    "acl_embed_encoded": {"gradient_gating": False, "label_embedding": "encoded"},
 }
-COST_STEPS, COST_ROUNDS = 40, 2
+COST_ROUNDS, COST_WARMUP, COST_CLASSES_PER_BATCH = 30, 2, 16
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -192,8 +193,6 @@ def loss_options(spec: dict) -> dict:
     options = {}
     if spec["method"] != "ce":
         options.update(contrastive_weight=spec["contrastive_weight"], temperature=spec["temperature"])
-    if spec["regime"] == "cost":
-        return {**options, **spec["options"]}
     if spec["method"] == "acl_embed_grad":
         options.update(angle_threshold=ANGLE_THRESHOLD, angle_parameters="head_last_layer", angle_audit_every=AUDIT_EVERY)
     elif spec["method"] in ("supcon", "acl_embed"):  # log the angle; threshold 180 never gates a finite angle
@@ -201,6 +200,57 @@ def loss_options(spec: dict) -> dict:
                        angle_every=LOG_ANGLE_EVERY, angle_audit_every=AUDIT_EVERY // LOG_ANGLE_EVERY)
     options.update(spec.get("options", {}))
     return options
+
+
+def cost_run(spec: dict, splits: dict, args) -> dict:
+    """Seconds per optimizer step of each ``COST_VARIANTS`` loss, interleaved step by step on the same
+    Banking77 batches (``COST_CLASSES_PER_BATCH`` classes x 2 rows, as the label-grouped sampler gives)."""
+    import copy
+
+    from sentence_transformers.util import batch_to_device
+
+    from contrastive_bert.losses.acl_embed import ACLEmbedLoss
+    from contrastive_bert.models import load_model
+
+    base = load_model("default", device=args.device)
+    base.max_seq_length = MAX_SEQ_LENGTH["banking77"]
+    setups = {}
+    for variant, options in COST_VARIANTS.items():
+        model = copy.deepcopy(base).train()
+        loss = ACLEmbedLoss(model, splits["names"], contrastive_weight=0.5, temperature=0.1, angle_threshold=ANGLE_THRESHOLD, **options)
+        setups[variant] = (model, loss, torch.optim.AdamW(model.parameters(), lr=1e-4))
+    labels_all = np.asarray(splits["train"]["label"])
+    rng = np.random.default_rng(0)
+    rounds = min(COST_ROUNDS, args.max_steps or COST_ROUNDS)
+    times: dict[str, list[float]] = {v: [] for v in setups}
+    for r in range(rounds + COST_WARMUP):
+        classes = rng.choice(np.unique(labels_all), size=COST_CLASSES_PER_BATCH, replace=False)
+        index = [int(i) for k in classes for i in rng.choice(np.flatnonzero(labels_all == k), size=2, replace=False)]
+        rows = splits["train"].select(index)
+        features = batch_to_device(base.preprocess(list(rows["text"])), base.device)
+        labels = torch.tensor(rows["label"], device=base.device)
+        order = list(setups)[r % len(setups):] + list(setups)[: r % len(setups)]
+        for variant in order:
+            model, loss, optimizer = setups[variant]
+            start = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            parts = loss([dict(features)], labels)
+            torch.stack(list(parts.values())).sum().backward()
+            optimizer.step()
+            if torch.cuda.is_available() and str(args.device).startswith("cuda"):
+                torch.cuda.synchronize()
+            if r >= COST_WARMUP:
+                times[variant].append(time.perf_counter() - start)
+    total_ce, ce = sum(times["ce"]), times["ce"]
+    return {
+        **spec, "key": run_key(spec), "rounds": rounds, "batch": 2 * COST_CLASSES_PER_BATCH, "steps": rounds,
+        "train_seconds": sum(sum(t) for t in times.values()),
+        "seconds_per_step": {v: statistics.fmean(t) for v, t in times.items()},
+        "median_seconds_per_step": {v: statistics.median(t) for v, t in times.items()},
+        "ratio_to_ce": {v: sum(t) / total_ce for v, t in times.items()},
+        "median_ratio_to_ce": {v: statistics.median(a / b for a, b in zip(t, ce)) for v, t in times.items()},
+        "step_seconds": {v: [round(x, 4) for x in t] for v, t in times.items()},
+    }
 
 
 class StepTimer(TrainerCallback):
@@ -248,8 +298,6 @@ def train_run(spec: dict, splits: dict, args) -> dict:
               "train_seconds": seconds - loss.audit_seconds, "audit_seconds": loss.audit_seconds,
               "step_seconds_median": statistics.median(timer.durations) if timer.durations else None,
               "single_class_batches": loss.single_class_batches, **angle_stats(loss.angle_history)}
-    if spec["regime"] == "cost":
-        return record
     for split in ("dev", "test"):
         texts, gold = list(splits[split]["text"]), np.asarray(splits[split]["label"])
         with torch.no_grad():
@@ -322,14 +370,7 @@ def logreg_seeds(regime: str) -> list[int]:
 def plan_block(dataset: str, regime: str, runs: dict[str, dict]) -> Iterator[dict]:
     """The runs of one block in order; stops where a later run needs a choice not made yet."""
     if dataset == "cost":
-        for round_ in range(COST_ROUNDS):
-            for variant, options in COST_VARIANTS.items():
-                spec = {"dataset": "banking77", "regime": "cost", "method": options["method"], "variant": variant,
-                        "round": round_, "seed": 0, "learning_rate": 1e-4, "contrastive_weight": 0.5, "temperature": 0.1,
-                        "max_steps": COST_STEPS, "options": {k: v for k, v in options.items() if k != "method"}}
-                if options["method"] == "ce":
-                    spec.update(contrastive_weight=None, temperature=None)
-                yield spec
+        yield {"dataset": "banking77", "regime": "cost", "method": "interleaved", "seed": 0}
         return
     for seed in logreg_seeds(regime):
         yield {"dataset": dataset, "regime": regime, "method": "logreg", "seed": seed}
@@ -436,20 +477,14 @@ def _method_entry(seeds: list[dict], best: dict | None, dev_runs: list[dict], re
 
 
 def _cost_summary(cost: list[dict]) -> dict:
-    """Median seconds per optimizer step per variant (median over rounds) and the ratio to CE's."""
-    per_step: dict[str, list[float]] = {}
-    for r in cost:
-        if r.get("step_seconds_median") is not None:
-            per_step.setdefault(r["variant"], []).append(r["step_seconds_median"])
-    if not per_step:
+    """The interleaved timing run's seconds per step and ratios to CE."""
+    runs = [r for r in cost if r.get("seconds_per_step")]
+    if not runs:
         return {}
-    medians = {v: statistics.median(x) for v, x in per_step.items()}
-    ce = medians.get("ce")
-    return {
-        "steps_per_run": COST_STEPS, "rounds": COST_ROUNDS, "data": "banking77 train (90%), batch 32, lambda 0.5, tau 0.1",
-        "seconds_per_step": medians,
-        "ratio_to_ce": {v: m / ce for v, m in medians.items()} if ce else None,
-    }
+    keys = ("rounds", "batch", "seconds_per_step", "median_seconds_per_step", "ratio_to_ce", "median_ratio_to_ce")
+    return {**{k: runs[-1][k] for k in keys}, "note": (
+        "every variant takes one optimizer step (forward, backward, AdamW) on the same batch in turn, round after "
+        "round, so a loaded machine slows all alike; ratio_to_ce = total time / CE's total time")}
 
 
 def plot_angles(log: list[dict], path: Path) -> None:
@@ -519,7 +554,7 @@ def main(argv=None) -> int:
         if spec["dataset"] not in splits_cache:
             splits_cache[spec["dataset"]] = load_splits(spec["dataset"], args.data_dir, args.eval_rows)
         logger.info("run %s", run_key(spec))
-        runner = logreg_run if spec["method"] == "logreg" else train_run
+        runner = {"logreg": logreg_run, "interleaved": cost_run}.get(spec["method"], train_run)
         record = runner(spec, splits_cache[spec["dataset"]], args)
         record["max_steps_cap"], record["eval_rows_cap"] = args.max_steps, args.eval_rows
         record = json.loads(json.dumps(record, default=str), parse_constant=lambda c: None)  # nan -> null
