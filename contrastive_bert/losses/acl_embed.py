@@ -10,7 +10,9 @@ Loss = CE(logits, y) + lambda' * SupCon([h; l_1..l_K], [y; 0..K-1], tau)
   have at least one positive: sample-sample, sample-label and label-label terms.
 - ``mode="supcon"``: plain SupCon over the samples only (CE + SCL baseline); ``mode="ce"``: CE only.
 - ACL-Grad (``gradient_gating=True``): lambda' = lambda if the angle between grad(CE) and
-  grad(SupCon) over the shared trainable parameters is <= ``angle_threshold`` degrees, else 0.
+  grad(SupCon) is <= ``angle_threshold`` degrees, else 0; by default the angle is taken over the
+  head and the encoder's last layer (see "Cheaper ACL-Grad" below), exactly over every shared
+  trainable parameter with ``angle_parameters="all"`` (as described next).
 
 How ACL-Grad fits the sentence-transformers trainer (which calls ``forward`` and then runs
 ``backward`` on the returned loss itself): ``forward`` computes the two per-term gradients
@@ -108,9 +110,9 @@ class ACLEmbedLoss(nn.Module):
             gradients each step for the classes of the batch, so a new label is added by its name.
         label_template: template of the encoded label texts (``"{}"`` = the bare name).
         label_refresh_every: encoded head only: re-encode all K rows (no gradient) every this many steps.
-        angle_parameters: ``"all"`` (exact ACL-Grad: the angle over every trainable parameter, one
-            extra backward per step) or ``"head_last_layer"`` (the angle over the head and the
-            encoder's last layer only: a short partial backward; the trainer's single backward does the rest).
+        angle_parameters: ``"head_last_layer"`` (default: the angle over the head and the encoder's
+            last layer only, a short partial backward; a step takes 1.2x CE's) or ``"all"`` (exact
+            ACL-Grad: the angle over every trainable parameter, one extra backward, 2.1x CE's).
         angle_every: take the gating decision every this many optimizer steps and keep it in between.
         angle_audit_every: with a cheaper estimate, also compute the exact angle on every this many
             decisions and record it (``exact_angle`` / ``exact_gated`` in ``angle_history``); 0 = never.
@@ -133,7 +135,7 @@ class ACLEmbedLoss(nn.Module):
         label_embedding: Literal["free", "encoded"] = "free",
         label_template: str = "{}",
         label_refresh_every: int = 50,
-        angle_parameters: Literal["all", "head_last_layer"] = "all",
+        angle_parameters: Literal["all", "head_last_layer"] = "head_last_layer",
         angle_every: int = 1,
         angle_audit_every: int = 0,
     ) -> None:

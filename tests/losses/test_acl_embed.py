@@ -104,7 +104,7 @@ def _assert_same_grads(a, b):
 def test_gating_keeps_or_drops_contrastive_gradient_at_the_measured_angle(tiny_model):
     tiny_model.eval()  # no dropout: identical forwards
     weight = 0.5  # large so the two gradients differ clearly
-    gated = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=weight, angle_threshold=180.0)
+    gated = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=weight, angle_threshold=180.0, angle_parameters="all")
     grads_kept, _ = _param_grads(tiny_model, gated)
     angle = gated.angle_history[-1]["angle"]
     assert 0.0 < angle < 180.0 and not gated.angle_history[-1]["gated"]
@@ -132,7 +132,7 @@ def test_gating_keeps_or_drops_contrastive_gradient_at_the_measured_angle(tiny_m
 
 def test_angle_matches_direct_computation(tiny_model):
     tiny_model.eval()
-    loss = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.02)
+    loss = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.02, angle_parameters="all")
     ce, contrastive = loss.compute_terms(_features(tiny_model), torch.tensor(Y))
     params = [p for p in tiny_model.parameters() if p.requires_grad]
     g_ce = torch.autograd.grad(ce, params, retain_graph=True, allow_unused=True)
@@ -163,7 +163,7 @@ def test_gradient_accumulation_decides_on_summed_gradients(tiny_model):
 
     state = GradientState()
     for threshold, expected in ((180.0, (full_a, full_b)), (0.0, (ce_a, ce_b))):
-        loss = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.5, angle_threshold=threshold)
+        loss = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.5, angle_threshold=threshold, angle_parameters="all")
         tiny_model.zero_grad(set_to_none=True)
         try:
             for sync, (texts, y) in ((False, (texts_a, y_a)), (True, (texts_b, y_b))):
@@ -426,7 +426,7 @@ def test_estimated_gating_decides_on_the_hand_computed_angle(tiny_model, scope):
 
 def test_audit_records_the_exact_angle_next_to_the_cheap_one(tiny_model):
     tiny_model.eval()
-    exact = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.5)
+    exact = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.5, angle_parameters="all")
     _param_grads(tiny_model, exact)
     exact_angle = exact.angle_history[-1]["angle"]
     cheap = ACLEmbedLoss(tiny_model, LABELS, contrastive_weight=0.5, angle_parameters="head_last_layer",
