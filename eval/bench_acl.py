@@ -19,8 +19,9 @@ chosen configuration's seeds):
   variants and the encoded label head, interleaved step by step on the same batches.
 
 Resumable: every finished run is one line of the run log (``acl_quality_runs.jsonl``) and is
-skipped on restart; ``acl_quality.json`` is rebuilt from the log after every run and is valid with
-partial results. Run in the background:
+skipped on restart; ``acl_quality.json`` (``{data set: {regime: {method: {...}}}}``) and
+``acl_quality_protocol.json`` (the protocol, the shrunk training samples, ACL-Grad's cost, the
+environment) are rebuilt from the log after every run and are valid with partial results. Run in the background:
 
     OMP_NUM_THREADS=1 nohup .venv/bin/python eval/bench_acl.py > /tmp/bench_acl.log 2>&1 &
 
@@ -406,8 +407,9 @@ def _config_of(run: dict) -> dict:
     return {k: run[k] for k in ("learning_rate", "contrastive_weight", "temperature") if run.get(k) is not None}
 
 
-def build_summary(log: list[dict], args) -> dict:
-    """``{data set: {regime: {method: {...}}}}`` from the run log (partial results allowed)."""
+def build_summary(log: list[dict], args) -> tuple[dict, dict]:
+    """``{data set: {regime: {method: {...}}}}`` from the run log (partial results allowed), and the
+    protocol, ACL-Grad's cost and the environment (written next to it)."""
     runs = {r["key"]: r for r in log}
     summary: dict = {}
     for dataset in DATASETS:
@@ -428,8 +430,7 @@ def build_summary(log: list[dict], args) -> dict:
             if entry:
                 summary.setdefault(dataset, {})[regime] = entry
     cost = [r for r in log if r["regime"] == "cost"]
-    return {
-        **summary,
+    return summary, {
         "acl_grad_cost": _cost_summary(cost),
         "protocol": {
             "model": "default (all-MiniLM-L6-v2) + label-embedding head (cosine logits x 20)",
@@ -518,7 +519,9 @@ def plot_angles(log: list[dict], path: Path) -> None:
 def write_summary(log: list[dict], args) -> None:
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(build_summary(log, args), indent=1, allow_nan=False))
+    summary, protocol = build_summary(log, args)
+    output.write_text(json.dumps(summary, indent=1, allow_nan=False))
+    output.with_name(f"{output.stem}_protocol.json").write_text(json.dumps(protocol, indent=1, allow_nan=False))
     if any(r.get("exact_angles") for r in log):
         plot_angles(log, output.with_name("acl_grad_angle_hist.png"))
 
