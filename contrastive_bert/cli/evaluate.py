@@ -49,8 +49,7 @@ def _write_results(path: Path | None, results: dict) -> None:
 
 def run_eval(args: argparse.Namespace) -> int:
     from contrastive_bert.data import load_dataset, resolve_data_dir
-    from contrastive_bert.evaluation.tasks import check_tasks, evaluate_split
-    from tqdm.auto import tqdm
+    from contrastive_bert.evaluation.tasks import check_tasks, evaluate_tasks
 
     from contrastive_bert.models import check_model_name, load_model
 
@@ -66,12 +65,8 @@ def run_eval(args: argparse.Namespace) -> int:
         if args.split not in data[task]:
             raise ValueError(f"--split: task {task!r} has no {args.split!r} split")
     model = load_model(args.model)
-    results = {}
-    progress = tqdm(tasks, desc="eval", unit="task", disable=not logger.isEnabledFor(logging.INFO))
-    for task in progress:
-        progress.set_postfix_str(f"{task} ({len(data[task][args.split])} rows)")
-        results[task] = evaluate_split(model, task, data[task], args.split, batch_size=args.batch_size)
-        logger.info("%s: main_score %.2f", task, results[task]["main_score"])
+    results = evaluate_tasks(model, tasks, split=args.split, batch_size=args.batch_size, data=data,
+                             show_progress_bar=logger.isEnabledFor(logging.INFO))
     print(format_results(results))
     _write_results(output, results)
     return 0

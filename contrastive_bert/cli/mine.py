@@ -23,7 +23,6 @@ from contrastive_bert.cli.arguments import (
 )
 
 OUTPUT_FILES = (".jsonl", ".json", ".csv", ".parquet")
-FILE_BUILDERS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

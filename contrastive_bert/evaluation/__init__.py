@@ -1,20 +1,31 @@
-"""Evaluation the way the field does it: STS Spearman, MTEB-style classification, answer-selection MRR/MAP."""
+"""Evaluation the way the field does it: STS Spearman, MTEB-style classification, answer-selection MRR/MAP.
 
-from contrastive_bert.evaluation.classification import classification_scores, evaluate_classification, knn_predict
-from contrastive_bert.evaluation.retrieval import evaluate_answer_selection, ranking_scores
-from contrastive_bert.evaluation.sts import evaluate_sts, sts_scores
-from contrastive_bert.evaluation.tasks import check_tasks, evaluate_split, evaluate_task, evaluate_tasks
+Names load on first use, so that checking task names (``check_tasks``) before a run does not
+import scikit-learn.
+"""
 
-__all__ = [
-    "check_tasks",
-    "classification_scores",
-    "evaluate_answer_selection",
-    "evaluate_classification",
-    "evaluate_split",
-    "evaluate_sts",
-    "evaluate_task",
-    "evaluate_tasks",
-    "knn_predict",
-    "ranking_scores",
-    "sts_scores",
-]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "classification_scores": "classification",
+    "evaluate_classification": "classification",
+    "knn_predict": "classification",
+    "evaluate_answer_selection": "retrieval",
+    "ranking_scores": "retrieval",
+    "evaluate_sts": "sts",
+    "sts_scores": "sts",
+    "check_tasks": "tasks",
+    "evaluate_split": "tasks",
+    "evaluate_task": "tasks",
+    "evaluate_tasks": "tasks",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

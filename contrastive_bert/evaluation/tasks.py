@@ -11,9 +11,6 @@ from tqdm.auto import tqdm
 
 from contrastive_bert.data import get_dataset, load_dataset
 from contrastive_bert.data.spec import DatasetSpec
-from contrastive_bert.evaluation.classification import evaluate_classification
-from contrastive_bert.evaluation.retrieval import evaluate_answer_selection
-from contrastive_bert.evaluation.sts import evaluate_sts
 
 logger = logging.getLogger(__name__)
 
@@ -23,15 +20,23 @@ def _pair_binary_as_sts(dataset):
     return dataset.map(lambda row: {"score": float(row["label"])}).remove_columns("label")
 
 
+# The evaluators import their scoring libraries (scikit-learn, scipy) when first called, so that
+# checking task names before a run stays cheap.
 def _sts(model, spec, data, split, **kwargs):
+    from contrastive_bert.evaluation.sts import evaluate_sts
+
     return evaluate_sts(model, data[split], **kwargs)
 
 
 def _pair_binary(model, spec, data, split, **kwargs):
+    from contrastive_bert.evaluation.sts import evaluate_sts
+
     return evaluate_sts(model, _pair_binary_as_sts(data[split]), **kwargs)
 
 
 def _classification(model, spec, data, split, **kwargs):
+    from contrastive_bert.evaluation.classification import evaluate_classification
+
     if data["train"] is data[split]:
         raise ValueError(
             f"tasks: {spec.name!r} has no training rows apart from its {split!r} rows to fit the classifier on; "
@@ -41,6 +46,8 @@ def _classification(model, spec, data, split, **kwargs):
 
 
 def _retrieval(model, spec, data, split, **kwargs):
+    from contrastive_bert.evaluation.retrieval import evaluate_answer_selection
+
     return evaluate_answer_selection(model, data[split], **kwargs)
 
 

@@ -1,4 +1,33 @@
-from contrastive_bert.losses.queue_infonce import QueueInfoNCELoss, build_queue_infonce_loss  # noqa: F401  (issue 3)
-from contrastive_bert.losses.cached_queue_infonce import CachedQueueInfoNCELoss  # noqa: F401  (issue 3)
-from contrastive_bert.losses.acl_embed import ACLEmbedLoss  # noqa: F401  (issue 4)
-from contrastive_bert.losses.cross_layer import CrossLayerLoss, adaptive_layer_baseline, cross_layer_contrastive_loss, logit_kd_loss  # noqa: F401  (issue 5)
+"""contrastive_bert's losses, each a sentence-transformers loss module (``loss(features, labels)``).
+
+Names load on first use: checking a recipe's loss options needs none of them, and importing the
+cached variant pulls in sentence-transformers' GradCache machinery.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "QueueInfoNCELoss": "queue_infonce",
+    "build_queue_infonce_loss": "queue_infonce",
+    "CachedQueueInfoNCELoss": "cached_queue_infonce",
+    "build_cached_queue_infonce_loss": "cached_queue_infonce",
+    "QueueCoSENTLoss": "queue_cosent",
+    "build_queue_cosent_loss": "queue_cosent",
+    "queue_infonce_loss": "infonce_math",
+    "ACLEmbedLoss": "acl_embed",
+    "label_anchored_supcon": "supcon",
+    "CrossLayerLoss": "cross_layer",
+    "adaptive_layer_baseline": "cross_layer",
+    "cross_layer_contrastive_loss": "cross_layer",
+    "logit_kd_loss": "cross_layer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
