@@ -6,7 +6,7 @@ import scikit-learn.
 
 from __future__ import annotations
 
-import importlib
+from contrastive_bert.lazy import lazy_exports
 
 _EXPORTS = {
     "classification_scores": "classification",
@@ -24,8 +24,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -6,19 +6,15 @@ without importing sentence-transformers.
 
 from __future__ import annotations
 
-import importlib
+from contrastive_bert.lazy import lazy_exports
 
 _LAZY = {
-    "ZeroShotClassifier": "contrastive_bert.inference.zero_shot",
-    "EarlyExitClassifier": "contrastive_bert.inference.early_exit",
-    "ExitCriterion": "contrastive_bert.inference.exit_criteria",
-    "register_criterion": "contrastive_bert.inference.exit_criteria",
+    "ZeroShotClassifier": "zero_shot",
+    "EarlyExitClassifier": "early_exit",
+    "ExitCriterion": "exit_criteria",
+    "register_criterion": "exit_criteria",
 }
 
 __all__ = list(_LAZY)
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

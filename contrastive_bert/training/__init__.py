@@ -6,7 +6,7 @@ to build its flags) does not import torch.
 
 from __future__ import annotations
 
-import importlib
+from contrastive_bert.lazy import lazy_exports
 
 _EXPORTS = {
     "LOSSES": "losses_registry",
@@ -23,8 +23,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
