@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     )
     result = classifier.predict(texts)
     lines = [
-        json.dumps({"text": text, "label": label, "confidence": round(float(probs.max()), 4), "exit_layer": int(layer)})
+        json.dumps({"text": text, "label": label, "confidence": round(float(probs.max()), 4), "exit_layer": int(layer)}, allow_nan=False)
         for text, label, probs, layer in zip(texts, result.labels, result.probabilities, result.exit_layers)
     ]
     if args.output:

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import typing
+from pathlib import Path
 from typing import Any
 
 from contrastive_bert.cli.arguments import (
@@ -122,7 +123,10 @@ def given_fields(args: argparse.Namespace) -> dict[str, Any]:
 def recipe_from_args(args: argparse.Namespace) -> TrainingRecipe:
     """The recipe to run: the file (if any) with the flags on top; with ``--resume``, the recorded
     recipe of ``--output-dir`` with the file and flags checked against it."""
-    values = {**(TrainingRecipe.read_file(args.recipe) if args.recipe else {}), **given_fields(args)}
+    flags = given_fields(args)
+    values = {**(TrainingRecipe.read_file(args.recipe) if args.recipe else {}), **flags}
+    if values.get("stages"):
+        values["stages"] = _flags_into_stages(values["stages"], flags)
     if not values.get("resume"):
         return TrainingRecipe.from_dict(values)
     from contrastive_bert.training.output_dir import prepare_output_dir
@@ -130,8 +134,32 @@ def recipe_from_args(args: argparse.Namespace) -> TrainingRecipe:
     output_dir = values.pop("output_dir", TrainingRecipe().output_dir)
     if values.get("overwrite"):
         raise ValueError("overwrite, resume: choose one: --overwrite starts afresh, --resume continues the last checkpoint")
-    prepare_output_dir(output_dir, resume=True)  # "no run to resume" before "no recipe.json"
+    if not _recorded_stages(output_dir):  # a staged run keeps its checkpoints under stage-<k>/
+        prepare_output_dir(output_dir, resume=True)  # "no run to resume" before "no recipe.json"
     return TrainingRecipe.for_resume(output_dir, values)
+
+
+# Flags that describe one stage's objective or the whole run: never copied into every stage.
+_PER_STAGE_ONLY = ("stages", "output_dir", "overwrite", "resume", "model", "loss", "loss_options")
+
+
+def _flags_into_stages(stages: list, flags: dict) -> list:
+    """A flag typed on the command line wins over the stages' own values (``--max-steps 2`` means
+    two steps in every stage), except the fields that define one stage's objective."""
+    if not isinstance(stages, list):
+        return stages  # the recipe's own check names the field
+    shared = {k: v for k, v in flags.items() if k not in _PER_STAGE_ONLY}
+    return [{**stage, **shared} if isinstance(stage, dict) else stage for stage in stages]
+
+
+def _recorded_stages(output_dir: str) -> bool:
+    recorded = Path(output_dir) / "recipe.json"
+    if not recorded.is_file():
+        return False
+    try:
+        return bool(json.loads(recorded.read_text(encoding="utf-8")).get("stages"))
+    except (ValueError, AttributeError):
+        return False
 
 
 def run_train(args: argparse.Namespace) -> int:

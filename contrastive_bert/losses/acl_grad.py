@@ -132,4 +132,4 @@ class GradientAngleCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.output_path is not None:
             self.output_path.parent.mkdir(parents=True, exist_ok=True)
-            self.output_path.write_text(json.dumps(self.loss.angle_history, indent=1))
+            self.output_path.write_text(json.dumps(self.loss.angle_history, indent=1, allow_nan=False))

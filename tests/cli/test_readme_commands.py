@@ -5,7 +5,8 @@ The commands are read from the README's ```bash blocks, so this test follows the
 changes. They run in README order in one shared folder (a later ``--resume`` or ``--model
 output/acl/final`` uses an earlier command's output), as written except that: paths under
 ``output/`` and the named input/output files move into a temporary folder; the placeholder model
-``M`` is the tiny BERT with Banking77 exit heads on both layers; other models that are not a
+``M`` is the tiny BERT with Banking77 exit heads on both layers; a multi-stage recipe trains a
+6-layer tiny BERT (its exits sit on layers 2-5), every flag also applying to each stage; other models that are not a
 folder made by an earlier command are the tiny BERT; training gets tiny step counts and no
 evaluation; ``mine`` mines for a few pairs; ``eval`` scores a shuffled 400-row sample of each
 split. Every flag the README shows is kept.
@@ -31,6 +32,7 @@ TINY_TRAIN = {"--max-steps": "2", "--max-train-samples": "16", "--batch-size": "
               "--save-steps": "2", "--model": "tiny"}
 EVAL_ROWS = 400
 MULTI_EXIT_MODEL = "multi-exit-model"
+SIX_LAYER_MODEL = "tiny-six-layers"  # multi-exit recipes put exits on layers 2-5
 TEXTS = ["I still have not received my card", "What is the exchange rate today?", "My card was stolen"]
 
 
@@ -81,6 +83,8 @@ def adapt(command: str, workspace: Path, shared_data: Path) -> list[str]:
             _set(argv, flag, value)
         if "--resume" in argv:
             _set(argv, "--max-steps", "3")  # continue one step further than recorded
+        elif "--recipe" in argv and "stages" in (README.parent / argv[argv.index("--recipe") + 1]).read_text():
+            _set(argv, "--model", str(workspace / SIX_LAYER_MODEL))
     if argv and argv[0] == "mine":
         _set(argv, "--max-samples", "32")
     return argv
@@ -105,6 +109,9 @@ def workspace(tmp_path_factory, _tiny_model_session, shared_data):
     names = load_dataset("banking77", split="test", data_dir=str(shared_data)).features["label"].names
     add_exit_heads(model, names, exit_layers=[1, 2])
     model.save(str(folder / MULTI_EXIT_MODEL))
+    from conftest import build_tiny_model
+
+    build_tiny_model(folder / "six-layers-build", num_layers=6).save(str(folder / SIX_LAYER_MODEL))
     return folder
 
 
