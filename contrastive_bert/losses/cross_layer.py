@@ -11,7 +11,9 @@ For every intermediate exit m (the student) and the final layer's exit M (the te
 - ``method="ce"``: CE(z^m, y) only.
 
 With ``freeze_backbone=True`` (the default: stage 2 of two-stage training) the loss freezes
-every parameter but the intermediate exits, and only the students are trained. With
+every parameter but the intermediate exits, and only the students are trained; the frozen
+backbone then runs in eval mode (no dropout), so the exits train on the layer states they see at
+inference. With
 ``freeze_backbone=False`` (joint training) the final exit is trained too: CE(z^M, y) +
 ``final_contrastive_weight`` x ACL-Embed SupCon([h^M; l^M]). The teacher's outputs are detached
 in the distillation terms (``detach_teacher=True``).
@@ -28,14 +30,15 @@ baseline where it applies (one shared classifier on every layer, backbone traine
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrastive_bert.encoder import LayerwiseEncoder
+from contrastive_bert.encoder import LayerwiseEncoder, transformer_module
 from contrastive_bert.heads.exits import EXIT_HEAD_TYPES, MultiExitHeads, add_exit_heads, exit_outputs, find_exit_heads
 from contrastive_bert.heads.label_embedding import find_label_head
 from contrastive_bert.losses.acl_embed import ACLEmbedLoss
@@ -273,8 +276,23 @@ class CrossLayerLoss(nn.Module):
         features = list(sentence_features)
         if len(features) != 1:
             raise ValueError(f"sentence_features: CrossLayerLoss takes one text column, got {len(features)}")
-        output = exit_outputs(self.model, features[0])
+        with self._frozen_backbone_in_eval_mode():
+            output = exit_outputs(self.model, features[0])
         return self.compute_loss_from_outputs(output["exit_embeddings"], output["exit_logits"], labels)
+
+    @contextmanager
+    def _frozen_backbone_in_eval_mode(self) -> Iterator[None]:
+        """A frozen backbone runs without dropout (the trainer switches the whole model to train
+        mode every step): the exits then learn from the very layer states they see at inference,
+        as when the states are cached. Only the exits' own dropout stays on."""
+        backbone = transformer_module(self.model)
+        was_training = backbone.training
+        if self.freeze_backbone:
+            backbone.eval()
+        try:
+            yield
+        finally:
+            backbone.train(was_training)
 
     def get_config_dict(self) -> dict[str, Any]:
         heads = self.heads

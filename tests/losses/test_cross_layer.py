@@ -146,6 +146,30 @@ def test_stage2_trains_only_intermediate_exits(tiny4, tmp_path):
     assert any(not torch.equal(p.detach(), before[n]) for n, p in tiny4.named_parameters() if n in trainable)
 
 
+def test_frozen_backbone_runs_without_dropout(tiny4):
+    """Stage 2 (frozen backbone): the backbone's dropout is off even in train mode, so two calls give
+    the same loss (linear exits have no dropout of their own); joint training keeps dropout on."""
+    from contrastive_bert.encoder import transformer_module
+
+    tiny4.append(LabelEmbeddingClassifier(32, LABELS))
+    assert transformer_module(tiny4).auto_model.config.hidden_dropout_prob > 0
+    labels = torch.tensor([0, 1, 2, 0, 1, 2])
+    features = tiny4.preprocess(TEXTS)
+
+    def total(loss):
+        torch.manual_seed(len(total.calls))
+        total.calls.append(1)
+        return sum(v for v in loss([dict(features)], labels).values()).item()
+
+    total.calls = []
+    frozen = CrossLayerLoss(tiny4, method="acl_cl", exit_layers=[1, 2], exit_head="linear")
+    tiny4.train()
+    assert total(frozen) == total(frozen)
+    assert transformer_module(tiny4).training  # mode restored after the forward
+    joint = CrossLayerLoss(tiny4, method="acl_cl", freeze_backbone=False)
+    assert total(joint) != total(joint)
+
+
 def test_joint_training_and_adaptive_layer_baseline_run(tiny4, tmp_path):
     from datasets import Dataset
 
