@@ -159,7 +159,8 @@ def test_truncated_and_sweep(multi_exit):
     labels = [0] * len(TEXTS)
     out = sweep_thresholds(multi_exit, TEXTS, labels, [("confidence", 0.5), ("margin", 1.0), ("patience", 2)],
                            batch_size=4, truncated_depths=[1, 2])
-    assert set(out["full"]) == {"accuracy", "throughput", "avg_layers"}
+    assert set(out["full"]) == {"accuracy", "throughput", "cpu_throughput", "avg_layers"}
+    assert out["full"]["cpu_throughput"] > 0
     assert out["full"]["avg_layers"] == 4.0
     assert [s["criterion"] for s in out["sweep"]] == ["confidence", "margin", "patience"]
     assert out["sweep"][1]["avg_layers"] == 4.0 and out["sweep"][1]["accuracy"] == out["full"]["accuracy"]
