@@ -134,6 +134,12 @@ METHODS: dict[str, Method] = {
         {"temperature": 0.05, "cached": True, "mini_batch_size": 32, "learning_rate": LR[1]},
         {"temperature": 0.05, "cached": True, "mini_batch_size": 32, "learning_rate": 1e-4},
         {"temperature": 0.02, "cached": True, "mini_batch_size": 32, "learning_rate": LR[1]}), batch_size=CACHED_BATCH_SIZE),
+    "queue_corpus": Method("queue_infonce", False, (
+        {"temperature": 0.05, "queue_size": 4096, "learning_rate": LR[0]},
+        {"temperature": 0.05, "queue_size": 4096, "learning_rate": LR[1]},
+        {"temperature": 0.02, "queue_size": 4096, "learning_rate": LR[0]}),
+        note="queue as large as the training set (4,096 >= its positives): every past positive is a negative, "
+             "instead of the seed rule's 4 N / batch rows (43 for answer selection, 476 for sts)"),
 }
 SETTINGS = {
     "sts": {"datasets": ["stsb", "mrpc"], "scored_datasets": ["stsb"], "task": "stsb", "metric": "main_score",
@@ -321,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=None, help="data folder (default: $CONTRASTIVE_BERT_DATA)")
     parser.add_argument("--results-dir", default=str(RESULTS))
     parser.add_argument("--dry-run", action="store_true", help="list the runs still to do and stop")
+    parser.add_argument("--summary-only", action="store_true", help="rebuild pairs_quality.json (+ .png) from the run log and stop")
     parser.add_argument("--max-steps", type=int, default=-1, help="smoke tests only: cut every run (use another --results-dir)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -340,6 +347,11 @@ def main(argv: list[str] | None = None) -> int:
     runs = read_runs(log_path)
 
     def write_summary(untrained: dict) -> None:
+        runs.update({k: v for k, v in read_runs(log_path).items() if k not in runs})  # runs of a parallel process
+        for setting in SETTINGS:
+            key = run_key(setting, "untrained", 0, 0)
+            if key in runs and setting not in untrained:
+                untrained[setting] = {k: runs[key][k] for k in ("dev", "test", "test_extra", "zero_shot_banking77")}
         summary = summarize(runs, untrained)
         payload = {"protocol": {"epochs": EPOCHS, "batch_size": BATCH_SIZE, "cached_batch_size": CACHED_BATCH_SIZE,
                                 "max_seq_length": MAX_SEQ_LENGTH, "warmup_ratio": 0.1, "model": "all-MiniLM-L6-v2 (bundled)",
@@ -351,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
         plot(summary, summary_path.with_suffix(".png"))
 
     untrained: dict[str, dict] = {}
+    if args.summary_only:
+        write_summary(untrained)
+        return 0
     splits_by_setting = {}
     for setting in settings:
         task = SETTINGS[setting]["task"]
