@@ -140,6 +140,14 @@ METHODS: dict[str, Method] = {
         {"temperature": 0.02, "queue_size": 4096, "learning_rate": LR[0]}),
         note="queue as large as the training set (4,096 >= its positives): every past positive is a negative, "
              "instead of the seed rule's 4 N / batch rows (43 for answer selection, 476 for sts)"),
+    "mnrl_qa_negatives": Method("mnrl", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
+                                               {"scale": 50.0, "learning_rate": LR[0]}), data_format="qa_triplets", build=_mnrl,
+                                settings=("answer_selection",),
+                                note="(question, answer, a labelled wrong candidate of the same question) triplets"),
+    "queue_qa_negatives": Method("queue_infonce", False, (
+        {"temperature": 0.05, "learning_rate": LR[0]}, {"temperature": 0.05, "learning_rate": LR[1]},
+        {"temperature": 0.02, "learning_rate": LR[0]}), data_format="qa_triplets", settings=("answer_selection",),
+        note="the same triplets as mnrl_qa_negatives: their negative column plus the queue"),
 }
 SETTINGS = {
     "sts": {"datasets": ["stsb", "mrpc"], "scored_datasets": ["stsb"], "task": "stsb", "metric": "main_score",
@@ -181,6 +189,28 @@ def _mined_triplets(pairs, device: str | None):
                                use_faiss=False, batch_size=128, output_format="triplet", verbose=False)
 
 
+def _labelled_negative_triplets(candidates):
+    """(anchor, positive, negative) rows of answer selection: every correct answer with one wrong
+    candidate of the same question drawn at random (seed 0); questions without a wrong candidate
+    are left out (6 of the 348 positives)."""
+    import random
+
+    from datasets import Dataset
+
+    by_question: dict[str, tuple[list[str], list[str]]] = {}
+    for question, answer, label in zip(candidates["question"], candidates["answer"], candidates["label"]):
+        by_question.setdefault(question, ([], []))[0 if label == 1 else 1].append(answer)
+    rng = random.Random(0)
+    rows = {"anchor": [], "positive": [], "negative": []}
+    for question, (positives, negatives) in by_question.items():
+        for positive in positives:
+            if negatives:
+                rows["anchor"].append(question)
+                rows["positive"].append(positive)
+                rows["negative"].append(rng.choice(negatives))
+    return Dataset.from_dict(rows)
+
+
 def train_rows(setting: str, method: Method, data_dir: str, seed: int, device: str | None, cache: dict):
     """The training rows of ``method`` in ``setting`` (the same rows for every seed but shuffled by it)."""
     spec = SETTINGS[setting]
@@ -192,6 +222,8 @@ def train_rows(setting: str, method: Method, data_dir: str, seed: int, device: s
         if data_format == "triplets":
             pairs = build_train_dataset(spec["datasets"], "pairs", data_dir=data_dir, seed=0)
             cache[key] = _mined_triplets(pairs, device)
+        elif data_format == "qa_triplets":
+            cache[key] = _labelled_negative_triplets(load_dataset("answer_selection", split="train", data_dir=data_dir))
         elif data_format == "scored_pairs":
             cache[key] = build_train_dataset(spec["scored_datasets"], "scored_pairs", data_dir=data_dir, seed=0)
         else:
@@ -237,7 +269,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, args, cache: 
     model.max_seq_length = MAX_SEQ_LENGTH
     if method.build is not None:
         loss = method.build(model, rows, config)
-        batch_sampler = "no_duplicates" if (method.data_format or "pairs") in ("pairs", "triplets") else "batch_sampler"
+        batch_sampler = "no_duplicates" if (method.data_format or "pairs") in ("pairs", "triplets", "qa_triplets") else "batch_sampler"
     else:
         entry = get_loss_entry(method.loss)
         loss = entry.build(model, rows, recipe)
