@@ -36,7 +36,7 @@ from typing import Any, Callable
 import torch
 
 from contrastive_bert.benchmarking import environment, mean_std
-from contrastive_bert.data import load_dataset, resolve_data_dir
+from contrastive_bert.data import labelled_negative_triplets, load_dataset, resolve_data_dir
 from contrastive_bert.evaluation.tasks import evaluate_split
 from contrastive_bert.models import load_model
 from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
@@ -189,28 +189,6 @@ def _mined_triplets(pairs, device: str | None):
                                use_faiss=False, batch_size=128, output_format="triplet", verbose=False)
 
 
-def _labelled_negative_triplets(candidates):
-    """(anchor, positive, negative) rows of answer selection: every correct answer with one wrong
-    candidate of the same question drawn at random (seed 0); questions without a wrong candidate
-    are left out (6 of the 348 positives)."""
-    import random
-
-    from datasets import Dataset
-
-    by_question: dict[str, tuple[list[str], list[str]]] = {}
-    for question, answer, label in zip(candidates["question"], candidates["answer"], candidates["label"]):
-        by_question.setdefault(question, ([], []))[0 if label == 1 else 1].append(answer)
-    rng = random.Random(0)
-    rows = {"anchor": [], "positive": [], "negative": []}
-    for question, (positives, negatives) in by_question.items():
-        for positive in positives:
-            if negatives:
-                rows["anchor"].append(question)
-                rows["positive"].append(positive)
-                rows["negative"].append(rng.choice(negatives))
-    return Dataset.from_dict(rows)
-
-
 def train_rows(setting: str, method: Method, data_dir: str, seed: int, device: str | None, cache: dict):
     """The training rows of ``method`` in ``setting`` (the same rows for every seed but shuffled by it)."""
     spec = SETTINGS[setting]
@@ -222,8 +200,8 @@ def train_rows(setting: str, method: Method, data_dir: str, seed: int, device: s
         if data_format == "triplets":
             pairs = build_train_dataset(spec["datasets"], "pairs", data_dir=data_dir, seed=0)
             cache[key] = _mined_triplets(pairs, device)
-        elif data_format == "qa_triplets":
-            cache[key] = _labelled_negative_triplets(load_dataset("answer_selection", split="train", data_dir=data_dir))
+        elif data_format == "qa_triplets":  # the rows of a recipe's labelled_negatives: true
+            cache[key] = labelled_negative_triplets(load_dataset("answer_selection", split="train", data_dir=data_dir), seed=0)
         elif data_format == "scored_pairs":
             cache[key] = build_train_dataset(spec["scored_datasets"], "scored_pairs", data_dir=data_dir, seed=0)
         else:

@@ -19,7 +19,7 @@ from contrastive_bert.data.registry import (
 )
 from contrastive_bert.data.schemas import TASK_COLUMNS, validate_split
 from contrastive_bert.data.spec import DatasetSpec, MtebCard
-from contrastive_bert.data.training_pairs import positive_pairs, scored_pairs
+from contrastive_bert.data.training_pairs import labelled_negative_triplets, positive_pairs, scored_pairs
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -35,6 +35,7 @@ __all__ = [
     "is_data_file",
     "load_custom_dataset",
     "load_dataset",
+    "labelled_negative_triplets",
     "positive_pairs",
     "read_table",
     "register_dataset",

@@ -37,6 +37,31 @@ def positive_pairs(dataset: datasets.Dataset, min_score: float = 0.8, keep_negat
     return datasets.Dataset.from_dict({"anchor": kept[a], "positive": kept[p]})
 
 
+def labelled_negative_triplets(dataset: datasets.Dataset, seed: int = 0) -> datasets.Dataset:
+    """(anchor, positive, negative) rows from a retrieval split (``question, answer, label``): every
+    correct answer (label 1) with one wrong candidate (label 0) of the same question, drawn with
+    ``seed``. These labelled negatives are real hard negatives (same question, same topic); a
+    question without a wrong candidate gives no rows."""
+    import random
+
+    if not set(TASK_COLUMNS["retrieval"]) <= set(dataset.column_names):
+        raise ValueError(f"dataset: labelled negatives need a retrieval split (question, answer, label), got columns {dataset.column_names}")
+    by_question: dict[str, tuple[list[str], list[str]]] = {}
+    for question, answer, label in zip(dataset["question"], dataset["answer"], dataset["label"]):
+        by_question.setdefault(question, ([], []))[0 if int(label) == 1 else 1].append(answer)
+    rng = random.Random(seed)
+    rows: dict[str, list[str]] = {"anchor": [], "positive": [], "negative": []}
+    for question, (positives, negatives) in by_question.items():
+        for positive in positives:
+            if negatives:
+                rows["anchor"].append(question)
+                rows["positive"].append(positive)
+                rows["negative"].append(rng.choice(negatives))
+    if not rows["anchor"]:
+        raise ValueError("dataset: no question has both a correct and a wrong candidate")
+    return datasets.Dataset.from_dict(rows)
+
+
 def scored_pairs(dataset: datasets.Dataset) -> datasets.Dataset:
     """(sentence1, sentence2, score) rows from a pair-score or pair-binary split (label 0/1 as score)."""
     if "label" in dataset.column_names and "score" not in dataset.column_names:

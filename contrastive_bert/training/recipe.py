@@ -39,6 +39,7 @@ class TrainingRecipe:
     max_seq_length: int | None = 128
     max_train_samples: int | None = None
     min_pair_score: float = 0.8
+    labelled_negatives: bool = False
     dev_task: str | None = "stsb"
     eval_tasks: list[str] = field(default_factory=lambda: ["stsb"])
     eval_steps: int = 50
@@ -83,6 +84,8 @@ class TrainingRecipe:
             raise ValueError(f"warmup_ratio: expected a value in [0, 1), got {self.warmup_ratio!r}")
         if not 0 <= self.min_pair_score <= 1:
             raise ValueError(f"min_pair_score: expected a value in [0, 1], got {self.min_pair_score!r}")
+        if not isinstance(self.labelled_negatives, bool):
+            raise ValueError(f"labelled_negatives: expected true or false, got {self.labelled_negatives!r}")
         if self.head_learning_rate is not None and not self.head_learning_rate > 0:
             raise ValueError(f"head_learning_rate: expected a positive number or None, got {self.head_learning_rate!r}")
         if self.max_seq_length is not None and self.max_seq_length < 2:

@@ -184,7 +184,7 @@ def check_recipe(recipe: TrainingRecipe):
     from contrastive_bert.training.train_data import check_train_datasets
 
     resolve_data_dir(recipe.data_dir)
-    check_train_datasets(recipe.datasets, entry.data_format)
+    check_train_datasets(recipe.datasets, entry.data_format, recipe.labelled_negatives)
     if recipe.eval_tasks:
         check_tasks(recipe.eval_tasks)
     if recipe.dev_task:
@@ -211,7 +211,7 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
     output_dir = Path(recipe.output_dir)
     train_dataset = build_train_dataset(
         recipe.datasets, entry.data_format, data_dir=recipe.data_dir, min_pair_score=recipe.min_pair_score,
-        max_samples=recipe.max_train_samples, seed=recipe.seed,
+        max_samples=recipe.max_train_samples, seed=recipe.seed, labelled_negatives=recipe.labelled_negatives,
     )
     evaluator = TaskEvaluator(recipe.dev_task, data_dir=recipe.data_dir) if recipe.dev_task else None
     model = load_model(recipe.model)

@@ -120,7 +120,7 @@ def check_stages(recipe: TrainingRecipe) -> list[TrainingRecipe]:
         try:
             entry = get_loss_entry(stage.loss)
             entry.check_options(stage.loss_options)
-            check_train_datasets(stage.datasets, entry.data_format)
+            check_train_datasets(stage.datasets, entry.data_format, stage.labelled_negatives)
             _check_data_reachable(stage)
             if stage.eval_tasks:
                 check_tasks(stage.eval_tasks)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datasets
 
-from contrastive_bert.data import get_dataset, load_dataset, positive_pairs, scored_pairs
+from contrastive_bert.data import get_dataset, labelled_negative_triplets, load_dataset, positive_pairs, scored_pairs
 
 _COMPATIBLE = {
     "pairs": ("pair-score", "pair-binary", "retrieval", "pairs", "triplets"),
@@ -17,9 +17,15 @@ _COMPATIBLE = {
 }
 
 
-def check_train_datasets(names: list[str], data_format: str) -> None:
+def check_train_datasets(names: list[str], data_format: str, labelled_negatives: bool = False) -> None:
     """Fail early if a data set is unknown, unreadable or cannot give ``data_format`` rows."""
     specs = [get_dataset(name) for name in names]
+    if labelled_negatives:
+        if data_format != "pairs":
+            raise ValueError(f"labelled_negatives: only for losses that train on pairs, this one trains on {data_format}")
+        others = [spec.name for spec in specs if spec.task_type != "retrieval"]
+        if others:
+            raise ValueError(f"labelled_negatives: needs retrieval data sets with labelled wrong candidates, {others} are not")
     for spec in specs:
         if spec.task_type not in _COMPATIBLE[data_format]:
             raise ValueError(
@@ -36,7 +42,9 @@ def check_train_datasets(names: list[str], data_format: str) -> None:
         )
 
 
-def _rows(split: datasets.Dataset, data_format: str, min_pair_score: float) -> datasets.Dataset:
+def _rows(split: datasets.Dataset, data_format: str, min_pair_score: float, labelled_negatives: bool = False) -> datasets.Dataset:
+    if labelled_negatives:
+        return labelled_negative_triplets(split)
     if data_format == "pairs":
         return positive_pairs(split, min_score=min_pair_score)
     if data_format == "scored_pairs":
@@ -51,12 +59,16 @@ def build_train_dataset(
     min_pair_score: float = 0.8,
     max_samples: int | None = None,
     seed: int = 42,
+    labelled_negatives: bool = False,
 ) -> datasets.Dataset:
     """Training rows in ``data_format`` from the ``train`` splits of ``names``, shuffled with ``seed``
     and cut to ``max_samples``. Triplets files keep their negative columns (MNRL and the queue loss
-    use them as hard negatives)."""
-    check_train_datasets(names, data_format)
-    parts = [_rows(load_dataset(name, split="train", data_dir=data_dir), data_format, min_pair_score) for name in names]
+    use them as hard negatives); ``labelled_negatives`` makes triplets of retrieval data sets, each
+    correct answer with a labelled wrong candidate of its question
+    (:func:`~contrastive_bert.data.training_pairs.labelled_negative_triplets`)."""
+    check_train_datasets(names, data_format, labelled_negatives)
+    parts = [_rows(load_dataset(name, split="train", data_dir=data_dir), data_format, min_pair_score, labelled_negatives)
+             for name in names]
     columns = {get_dataset(name).name: part.column_names for name, part in zip(names, parts)}
     if len({tuple(c) for c in columns.values()}) > 1:
         raise ValueError(f"datasets: the training rows of these data sets have different columns: {columns}")

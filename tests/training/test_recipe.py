@@ -204,6 +204,44 @@ def test_incompatible_training_data(names, data_format, message):
         check_train_datasets(names, data_format)
 
 
+def test_labelled_negative_triplets_by_hand():
+    from datasets import Dataset
+
+    from contrastive_bert.data import labelled_negative_triplets
+
+    split = Dataset.from_dict({
+        "question": ["q1", "q1", "q1", "q1", "q2", "q2", "q3"],
+        "answer": ["a1", "w1", "a2", "w2", "b1", "x1", "c1"],
+        "label": [1, 0, 1, 0, 1, 0, 1],
+    })
+    rows = labelled_negative_triplets(split, seed=0)
+    assert rows.column_names == ["anchor", "positive", "negative"]
+    assert rows["anchor"] == ["q1", "q1", "q2"]  # q3 has no wrong candidate: no row
+    assert rows["positive"] == ["a1", "a2", "b1"]
+    assert set(rows["negative"][:2]) <= {"w1", "w2"} and rows["negative"][2] == "x1"
+    with pytest.raises(ValueError, match="retrieval split"):
+        labelled_negative_triplets(Dataset.from_dict({"text": ["a"], "label": [0]}))
+
+
+def test_labelled_negatives_from_a_recipe(shared_data):
+    rows = build_train_dataset(["answer_selection"], "pairs", data_dir=shared_data, labelled_negatives=True, seed=0)
+    assert rows.column_names == ["anchor", "positive", "negative"]
+    assert len(rows) == 342  # 348 correct answers, 6 of them to questions without a wrong candidate
+    from contrastive_bert.data import load_dataset
+
+    raw = load_dataset("answer_selection", split="train", data_dir=shared_data)
+    wrong = {(q, a) for q, a, y in zip(raw["question"], raw["answer"], raw["label"]) if y == 0}
+    assert all((q, n) in wrong for q, n in zip(rows["anchor"], rows["negative"]))
+    for names, data_format, message in [
+        (["stsb"], "pairs", r"labelled_negatives: needs retrieval data sets .*\['stsb'\]"),
+        (["answer_selection"], "scored_pairs", "labelled_negatives: only for losses that train on pairs"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            check_train_datasets(names, data_format, labelled_negatives=True)
+    with pytest.raises(ValueError, match="labelled_negatives: expected true or false"):
+        TrainingRecipe(labelled_negatives="yes")
+
+
 def test_build_train_dataset_formats(shared_data):
     pairs = build_train_dataset(["stsb", "mrpc"], "pairs", data_dir=shared_data, max_samples=None)
     assert pairs.column_names == ["anchor", "positive"]
