@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
         result = run_dataset(name, args)
         merged[name] = result
         output.write_text(json.dumps(merged, indent=2, allow_nan=False) + "\n")
-        plot(result, output.parent / f"multi_exit_{name}.png")
+        plot(result, output.with_name(f"{output.stem}_{name}.png"))  # multi_exit.json -> multi_exit_<name>.png
         print(json.dumps(result["summary"]["acl_cl_gain"], indent=1))
 
 
