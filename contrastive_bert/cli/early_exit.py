@@ -65,6 +65,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--thresholds", type=_thresholds, default=None,
                         help="sweep: comma-separated thresholds (default: the criterion's sweep)")
     parser.add_argument("--max-examples", type=int, default=None, help="sweep: first N examples only")
+    parser.add_argument("--no-regroup", dest="regroup", action="store_false",
+                        help="answer each batch on its own (default: rows still running after an exit are "
+                             "regrouped across batches into full batches, the same answers faster)")
     parser.set_defaults(func=run)
     return parser
 
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from contrastive_bert.inference.early_exit import EarlyExitClassifier
 
     classifier = EarlyExitClassifier.from_pretrained(
-        args.model, args.criterion, threshold, device=args.device, batch_size=args.batch_size
+        args.model, args.criterion, threshold, device=args.device, batch_size=args.batch_size, regroup=args.regroup
     )
     result = classifier.predict(texts)
     lines = [
@@ -132,7 +135,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
     model = load_multi_exit_model(args.model, device=args.device)
     settings = [(args.criterion, value) for value in values]
     result = {"dataset": args.dataset, "split": args.split, "rows": len(split),
-              **sweep_thresholds(model, split["text"], split["label"], settings, args.batch_size)}
+              **sweep_thresholds(model, split["text"], split["label"], settings, args.batch_size, regroup=args.regroup)}
     text = json.dumps(result, indent=2, allow_nan=False)
     if args.output:
         Path(args.output).write_text(text + "\n", encoding="utf-8")

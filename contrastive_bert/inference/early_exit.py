@@ -7,25 +7,34 @@ trimmed to the longest remaining row), so deeper layers run on fewer rows. Rows 
 satisfy the criterion are answered by the final layer's classifier, so with a threshold of 1.0
 the predictions equal the full model's.
 
+Regrouping (``regroup=True``, the default for ``batch_size > 1``): after each exit the rows still
+running are pooled across a window of batches and regrouped into full batches of ``batch_size``
+before the next layers, instead of running a few leftover rows per batch. Once most rows exit at
+the first exit, the deeper layers otherwise run on batches of 2-3 rows, where per-call overhead
+(and the exit heads on tiny batches) costs far more than their share of the work. Each row's
+answer is the same either way (rows are independent under the attention mask); only the grouping
+changes. ``regroup=False`` answers every batch on its own (a streaming server that must reply
+per request batch).
+
 Where the time goes besides the layers (measured on all-MiniLM-L6-v2, CPU): tokenisation (the
 tokenizer is called directly, without ``SentenceTransformer.preprocess``'s per-call work), the
-exit heads (one [CLS] query per MHA exit) and the attention mask, which is built once per batch
-and again only when rows are dropped.
+exit heads (one [CLS] query per MHA exit) and the attention mask, built once per group of rows.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrastive_bert.encoder import LayerwiseEncoder, transformer_module
+from contrastive_bert.encoder import LayerwiseEncoder, PreparedMask, transformer_module
 from contrastive_bert.heads.exits import MultiExitHeads, get_exit_heads, load_multi_exit_model
 from contrastive_bert.inference.exit_criteria import ExitCriterion, criterion_class, get_criterion
 
@@ -84,7 +93,9 @@ class EarlyExitClassifier:
     the criterion's default (for ``patience`` the threshold is the number of agreeing exits).
     ``predict`` exits early; ``predict_full`` runs the unmodified HF forward (all layers) and
     the final classifier; ``predict_truncated(depth)`` runs only the first ``depth`` layers and
-    answers with that layer's exit.
+    answers with that layer's exit. ``regroup``: pool the rows still running after each exit
+    across up to ``regroup_window`` batches and regroup them into full batches (see the module
+    docstring); False answers each batch on its own.
     """
 
     def __init__(
@@ -94,10 +105,16 @@ class EarlyExitClassifier:
         threshold: float | int | None = None,
         batch_size: int = 32,
         trim_padding: bool = True,
+        regroup: bool = True,
+        regroup_window: int = 64,
     ) -> None:
         self.criterion = get_criterion(criterion, threshold)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size: must be an integer >= 1, got {batch_size!r}")
+        if not isinstance(regroup, bool):
+            raise ValueError(f"regroup: must be true or false, got {regroup!r}")
+        if isinstance(regroup_window, bool) or not isinstance(regroup_window, int) or regroup_window < 1:
+            raise ValueError(f"regroup_window: must be an integer >= 1 (batches), got {regroup_window!r}")
         self.model = model
         self.heads: MultiExitHeads = get_exit_heads(model)
         self.encoder = LayerwiseEncoder.from_model(model)
@@ -106,6 +123,9 @@ class EarlyExitClassifier:
         self.tokenizer = getattr(transformer, "tokenizer", None)
         # Trimming keeps the first `length` positions: only valid with right padding.
         self.trim_padding = trim_padding and getattr(self.tokenizer, "padding_side", "right") == "right"
+        # Regrouping pads rows of different lengths on the right: needs right padding too.
+        self.regroup = regroup and batch_size > 1 and self.trim_padding
+        self.regroup_window = regroup_window
 
     @classmethod
     def from_pretrained(
@@ -134,7 +154,10 @@ class EarlyExitClassifier:
             )
         return {k: v.to(self.device) for k, v in features.items() if isinstance(v, Tensor)}
 
-    def _run(self, texts: Sequence[str], step: Callable[[dict[str, Tensor]], tuple[Tensor, Tensor]]) -> EarlyExitResult:
+    def _run(self, texts: Sequence[str], step: Callable[[list[dict[str, Tensor]]], tuple[Tensor, Tensor]],
+             window: int = 1) -> EarlyExitResult:
+        """Tokenise ``texts`` (sorted by length) in batches and answer them ``window`` batches at a
+        time with ``step`` (list of batch features -> probabilities (N, K), layers used (N,))."""
         if isinstance(texts, str) or len(texts) == 0:
             raise ValueError("texts: expected a non-empty list of strings")
         if any(not isinstance(text, str) or not text.strip() for text in texts):
@@ -144,33 +167,40 @@ class EarlyExitClassifier:
         predictions = np.zeros(n, dtype=np.int64)
         probabilities = np.zeros((n, num_classes), dtype=np.float32)
         layers = np.zeros(n, dtype=np.int64)
-        batch_avg = []
         start, cpu_start = time.perf_counter(), time.process_time()
         order = np.argsort([-len(text) for text in texts], kind="stable")  # as ST's encode does
+        span = self.batch_size * window
         with torch.inference_mode():
-            for begin in range(0, n, self.batch_size):
-                rows = order[begin : begin + self.batch_size]
-                probs, used = step(self._tokenize([texts[i] for i in rows]))
+            for begin in range(0, n, span):
+                rows = order[begin : begin + span]
+                batches = [self._tokenize([texts[i] for i in rows[b : b + self.batch_size]])
+                           for b in range(0, len(rows), self.batch_size)]
+                probs, used = step(batches)
                 probs_np, used_np = probs.float().cpu().numpy(), used.cpu().numpy()
                 predictions[rows] = probs_np.argmax(-1)
                 probabilities[rows] = probs_np
                 layers[rows] = used_np
-                batch_avg.append(float(used_np.mean()))
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+        batch_avg = [float(layers[order[b : b + self.batch_size]].mean()) for b in range(0, n, self.batch_size)]
         return EarlyExitResult(predictions, probabilities, layers, self.heads.label_names, batch_avg, seconds, cpu_seconds)
 
     def predict(self, texts: Sequence[str]) -> EarlyExitResult:
         """Early-exit classification of ``texts``."""
-        return self._run(texts, self._early_exit_batch)
+        return self._run(texts, self._early_exit, window=self.regroup_window if self.regroup else 1)
 
     def predict_full(self, texts: Sequence[str]) -> EarlyExitResult:
         """All layers through the unmodified HF forward, answered by the final classifier."""
-        return self._run(texts, self._full_batch)
+        return self._run(texts, lambda batches: self._each_batch(batches, self._full_batch))
 
     def predict_truncated(self, texts: Sequence[str], depth: int) -> EarlyExitResult:
         """Only the first ``depth`` layers, answered by the exit on layer ``depth``."""
         self.heads.exit(depth)
-        return self._run(texts, lambda features: self._truncated_batch(features, depth))
+        return self._run(texts, lambda batches: self._each_batch(batches, lambda f: self._truncated_batch(f, depth)))
+
+    @staticmethod
+    def _each_batch(batches: list[dict[str, Tensor]], step: Callable[[dict[str, Tensor]], tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
+        outputs = [step(features) for features in batches]
+        return torch.cat([p for p, _ in outputs]), torch.cat([u for _, u in outputs])
 
     def _full_batch(self, features: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         inputs = {k: features[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in features}
@@ -186,45 +216,90 @@ class EarlyExitClassifier:
         _, logits = self.heads.forward_layer(depth, hidden, mask)
         return logits.softmax(-1), torch.full((hidden.shape[0],), depth)
 
-    def _early_exit_batch(self, features: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        """One batch: (probabilities (B, K) at each row's exit, layers used (B,))."""
-        padding = features["attention_mask"]
-        batch = padding.shape[0]
-        hidden = self.encoder.embed(features["input_ids"], features.get("token_type_ids"))
-        mask = self.encoder.prepare_mask(hidden, padding)
-        out_probs = torch.zeros(batch, len(self.heads.label_names), device=hidden.device)
-        out_layers = torch.zeros(batch, dtype=torch.long)
-        active = torch.arange(batch, device=hidden.device)  # original row of each remaining row
-        history: Tensor | None = None  # (b, exits seen) predicted classes
-        exits = set(self.heads.exit_layers)
+    def _embedded(self, batches: list[dict[str, Tensor]]) -> Iterator[_RunningRows]:
+        """Per batch its embedding output, computed lazily so only one batch's embeddings live at a time."""
+        offset = 0
+        for features in batches:
+            padding = features["attention_mask"]
+            rows = torch.arange(offset, offset + padding.shape[0], device=padding.device)
+            offset += padding.shape[0]
+            yield _RunningRows(self.encoder.embed(features["input_ids"], features.get("token_type_ids")), padding, rows)
+
+    def _trim(self, group: _RunningRows) -> _RunningRows:
+        """Padding cut to the longest row of ``group`` (its layer mask is rebuilt if that changed it)."""
+        if not self.trim_padding:
+            return group
+        length = int(group.padding.sum(dim=1).max())
+        if length == group.padding.shape[1]:
+            return group
+        return group._replace(hidden=group.hidden[:, :length], padding=group.padding[:, :length], mask=None)
+
+    def _regrouped(self, groups: list[_RunningRows]) -> list[_RunningRows]:
+        """The rows of ``groups`` (still running, in length order) as batches of ``batch_size``,
+        right-padded to a common length and then trimmed per new batch."""
+        width = max(group.hidden.shape[1] for group in groups)
+        hidden = torch.cat([F.pad(g.hidden, (0, 0, 0, width - g.hidden.shape[1])) for g in groups])
+        padding = torch.cat([F.pad(g.padding, (0, width - g.padding.shape[1])) for g in groups])
+        rows = torch.cat([g.rows for g in groups])
+        history = torch.cat([g.history for g in groups])
+        return [
+            self._trim(_RunningRows(hidden[b : b + self.batch_size], padding[b : b + self.batch_size],
+                                    rows[b : b + self.batch_size], history[b : b + self.batch_size]))
+            for b in range(0, hidden.shape[0], self.batch_size)
+        ]
+
+    def _early_exit(self, batches: list[dict[str, Tensor]]) -> tuple[Tensor, Tensor]:
+        """Rows of ``batches`` in order: (probabilities (N, K) at each row's exit, layers used (N,)).
+
+        Segment by segment (the layers up to the next exit), each group of rows runs the segment,
+        its exit decides, the exited rows are answered and the rest go on: regrouped across the
+        window into full batches (``regroup``) or each batch on its own; padding trimmed."""
+        total = sum(features["attention_mask"].shape[0] for features in batches)
+        device = batches[0]["attention_mask"].device
+        out_probs = torch.zeros(total, len(self.heads.label_names), device=device)
+        out_layers = torch.zeros(total, dtype=torch.long, device=device)
         last = self.encoder.num_layers
-        for index in range(1, last + 1):
-            hidden = self.encoder.layer(index, hidden, mask)
-            if index not in exits:
-                continue
-            _, logits = self.heads.forward_layer(index, hidden, mask.padding)
-            probs = logits.softmax(-1)
-            pred = probs.argmax(-1, keepdim=True)
-            history = pred if history is None else torch.cat([history, pred], dim=1)
-            if index == last:
-                out_probs[active] = probs
-                out_layers[active.cpu()] = index
+        groups: Iterable[_RunningRows] = self._embedded(batches)
+        start = 1
+        for layer in self.heads.exit_layers:
+            running: list[_RunningRows] = []
+            for group in groups:
+                mask = group.mask if group.mask is not None else self.encoder.prepare_mask(group.hidden, group.padding)
+                hidden = self.encoder.run_layers(group.hidden, mask, start, layer)
+                _, logits = self.heads.forward_layer(layer, hidden, group.padding)
+                probs = logits.softmax(-1)
+                pred = probs.argmax(-1, keepdim=True)
+                history = pred if group.history is None else torch.cat([group.history, pred], dim=1)
+                if layer == last:
+                    out_probs[group.rows], out_layers[group.rows] = probs, layer
+                    continue
+                done = self.criterion.should_exit(probs, history)
+                num_done = int(done.sum())
+                if num_done == 0:  # nobody left: the layer mask stays valid
+                    running.append(_RunningRows(hidden, group.padding, group.rows, history, mask))
+                    continue
+                rows = group.rows[done]
+                out_probs[rows], out_layers[rows] = probs[done], layer
+                if num_done < len(done):
+                    keep = ~done
+                    running.append(self._trim(_RunningRows(hidden[keep], group.padding[keep], group.rows[keep], history[keep])))
+            if not running:
                 break
-            done = self.criterion.should_exit(probs, history)
-            num_done = int(done.sum())
-            if num_done == 0:
-                continue
-            out_probs[active[done]] = probs[done]
-            out_layers[active[done].cpu()] = index
-            if num_done == hidden.shape[0]:
-                break
-            keep = ~done
-            hidden, padding, active, history = hidden[keep], mask.padding[keep], active[keep], history[keep]
-            if self.trim_padding:
-                length = int(padding.sum(dim=1).max())
-                hidden, padding = hidden[:, :length], padding[:, :length]
-            mask = self.encoder.prepare_mask(hidden, padding)
-        return out_probs, out_layers
+            groups = self._regrouped(running) if self.regroup else running
+            start = layer + 1
+        return out_probs, out_layers.cpu()
+
+
+class _RunningRows(NamedTuple):
+    """Rows still running after some layer: hidden (b, T, H), padding mask (b, T), their row index
+    in the window (b,), predicted classes at the exits so far (b, exits) or None, and the layer
+    mask built for exactly these rows (None: build it)."""
+
+    hidden: Tensor
+    padding: Tensor
+    rows: Tensor
+    history: Tensor | None = None
+    mask: PreparedMask | None = None
 
 
 def default_settings(criteria: Sequence[str] = ("confidence", "margin", "patience")) -> list[tuple[str, float | int]]:
@@ -240,18 +315,21 @@ def sweep_thresholds(
     batch_size: int = 32,
     truncated_depths: Sequence[int] = (),
     repeats: int = 1,
+    regroup: bool = True,
 ) -> dict[str, Any]:
     """Accuracy (percent), throughput (sentences/s), CPU throughput (sentences per CPU-second)
     and average layers of the full model, of each early-exit setting ``(criterion, threshold)``,
     and of the model truncated to each depth in ``truncated_depths``; all measured in this call.
     With ``repeats`` > 1 the fastest of the repeated timings is kept (predictions are identical).
+    ``regroup``: early exit regroups running rows across batches (see :class:`EarlyExitClassifier`).
 
     Returns ``{"full": {...}, "truncated": [{"depth", ...}, ...], "sweep": [{"criterion",
     "threshold", "accuracy", "throughput", "cpu_throughput", "avg_layers"}, ...]}``.
     """
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats: must be an integer >= 1, got {repeats!r}")
-    classifiers = [EarlyExitClassifier(model, criterion, value, batch_size=batch_size) for criterion, value in settings]
+    classifiers = [EarlyExitClassifier(model, criterion, value, batch_size=batch_size, regroup=regroup)
+                   for criterion, value in settings]
     base = EarlyExitClassifier(model, criterion="none", batch_size=batch_size)
     for depth in truncated_depths:
         base.heads.exit(int(depth))

@@ -64,11 +64,13 @@ def test_no_early_exit_equals_full_model(multi_exit, criterion, threshold):
     assert (logits.argmax(-1).numpy() == full.predictions).all()
 
 
+@pytest.mark.parametrize("regroup", [True, False])
 @pytest.mark.parametrize("criterion, threshold", [("confidence", 0.9), ("margin", 0.8), ("patience", 2)])
-def test_each_example_answered_by_its_exit(multi_exit, criterion, threshold):
-    """With rows dropped and padding trimmed, each example's answer is the one its exit layer gives
-    on the full (un-dropped) batch, and the criterion fired there and not before."""
-    classifier = EarlyExitClassifier(multi_exit, criterion, threshold, batch_size=6)
+def test_each_example_answered_by_its_exit(multi_exit, criterion, threshold, regroup):
+    """With rows dropped, padding trimmed (and running rows regrouped across batches), each
+    example's answer is the one its exit layer gives on the full (un-dropped) batch, and the
+    criterion fired there and not before."""
+    classifier = EarlyExitClassifier(multi_exit, criterion, threshold, batch_size=6, regroup=regroup)
     result = classifier.predict(TEXTS)
     with torch.no_grad():
         logits = exit_outputs(multi_exit, multi_exit.preprocess(TEXTS))["exit_logits"]
@@ -87,7 +89,7 @@ def test_each_example_answered_by_its_exit(multi_exit, criterion, threshold):
     assert result.avg_layers == pytest.approx(result.exit_layers.mean())
 
 
-def _layer_calls(model, criterion, threshold) -> tuple[list[tuple[int, int]], object]:
+def _layer_calls(model, criterion, threshold, batch_size=12, regroup=True) -> tuple[list[tuple[int, int]], object]:
     """(layer, rows) of every encoder-layer call during one early-exit predict, and the result."""
     calls: list[tuple[int, int]] = []
     hooks = [
@@ -95,7 +97,7 @@ def _layer_calls(model, criterion, threshold) -> tuple[list[tuple[int, int]], ob
         for i, layer in enumerate(model[0].auto_model.encoder.layer, start=1)
     ]
     try:
-        result = EarlyExitClassifier(model, criterion, threshold, batch_size=12).predict(TEXTS)
+        result = EarlyExitClassifier(model, criterion, threshold, batch_size=batch_size, regroup=regroup).predict(TEXTS)
     finally:
         for hook in hooks:
             hook.remove()
@@ -117,6 +119,35 @@ def test_rows_shrink_layer_by_layer(multi_exit):
     for layer in range(1, 5):
         assert rows_per_layer.get(layer, 0) == int((result.exit_layers >= layer).sum())
     assert sum(rows_per_layer.values()) == int(result.exit_layers.sum())
+
+
+def test_regrouping_runs_deeper_layers_on_full_batches(multi_exit):
+    """Regrouped: after the first exit the running rows of all batches are pooled, so every deeper
+    layer runs on full batches (one short one at most); per batch, the leftovers of each batch run
+    on their own. Same answers either way."""
+    calls, pooled = _layer_calls(multi_exit, "margin", 0.6, batch_size=3, regroup=True)
+    calls_apart, apart = _layer_calls(multi_exit, "margin", 0.6, batch_size=3, regroup=False)
+    assert (pooled.exit_layers == apart.exit_layers).all() and (pooled.predictions == apart.predictions).all()
+    torch.testing.assert_close(torch.from_numpy(pooled.probabilities), torch.from_numpy(apart.probabilities),
+                               atol=1e-5, rtol=1e-5)
+    assert len(set(pooled.exit_layers.tolist())) >= 2  # some rows exit early, some run on
+    for layer in range(2, 5):
+        running = int((pooled.exit_layers >= layer).sum())
+        pooled_sizes = [rows for m, rows in calls if m == layer]
+        assert sum(pooled_sizes) == running
+        assert pooled_sizes == [3] * (running // 3) + ([running % 3] if running % 3 else [])
+        batches = [pooled.exit_layers[order] for order in _length_order_batches(3)]
+        apart_sizes = [rows for m, rows in calls_apart if m == layer]
+        assert apart_sizes == [int((b >= layer).sum()) for b in batches if (b >= layer).any()]
+    assert len(calls) < len(calls_apart)  # fewer, fuller layer calls
+
+
+def _length_order_batches(batch_size: int) -> list[list[int]]:
+    """Row indices of TEXTS per batch, in the classifier's order (longest first, stable)."""
+    import numpy as np
+
+    order = np.argsort([-len(t) for t in TEXTS], kind="stable")
+    return [order[b : b + batch_size].tolist() for b in range(0, len(TEXTS), batch_size)]
 
 
 def test_criteria_by_hand():
@@ -179,6 +210,10 @@ def test_bad_input(multi_exit, tiny_model):
         EarlyExitClassifier(multi_exit, "patience", 0)
     with pytest.raises(ValueError, match="model: has no exit heads"):
         EarlyExitClassifier(tiny_model)
+    with pytest.raises(ValueError, match="regroup: must be true or false"):
+        EarlyExitClassifier(multi_exit, regroup="yes")
+    with pytest.raises(ValueError, match="regroup_window: must be an integer >= 1"):
+        EarlyExitClassifier(multi_exit, regroup_window=0)
     classifier = EarlyExitClassifier(multi_exit)
     with pytest.raises(ValueError, match="texts"):
         classifier.predict([])
@@ -201,6 +236,16 @@ def test_cli_classify_and_sweep(multi_exit, tmp_path, capsys):
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert len(rows) == 5 and all(r["label"] in LABELS and 1 <= r["exit_layer"] <= 4 for r in rows)
     assert "average layers" in capsys.readouterr().err
+    # --no-regroup (each batch on its own) gives the same answers
+    apart = build_cli().parse_args(
+        ["early-exit", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "texts.txt"),
+         "--criterion", "margin", "--threshold", "0.2", "--batch-size", "2", "--no-regroup",
+         "--output", str(tmp_path / "apart.jsonl")]
+    )
+    assert apart.regroup is False and args.regroup is True
+    assert apart.func(apart) == 0
+    rows_apart = [json.loads(line) for line in (tmp_path / "apart.jsonl").read_text().splitlines()]
+    assert [(r["label"], r["exit_layer"]) for r in rows_apart] == [(r["label"], r["exit_layer"]) for r in rows]
     # bad threshold -> exit code 2 with the argument named
     code = main(["early-exit", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "texts.txt"),
                  "--threshold", "1.5"])
