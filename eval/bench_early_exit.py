@@ -14,7 +14,11 @@ Writes ``eval/results/early_exit.json``::
 
     {"dataset", "model", "batch_sizes": {"1": {"full": {"accuracy", "throughput", "avg_layers"},
       "truncated": [{"depth", ...}], "sweep": [{"criterion", "threshold", "accuracy", "throughput",
-      "avg_layers"}], "sweep_per_batch": [...]}, "32": {...}}, "summary": {...}, "setup": {...}}
+      "avg_layers"}], "sweep_per_batch": [...], "cost_ms_per_batch": {...}}, "32": {...}},
+      "summary": {...}, "setup": {...}}
+
+``cost_ms_per_batch``: CPU milliseconds per batch of tokenisation, embeddings, layer mask, one
+layer, one exit head, the final classifier and the exit decision (where the time goes).
 
 (for ``patience`` the threshold is the number of agreeing exits) and ``early_exit_banking77.png``.
 Run: ``OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false .venv/bin/python eval/bench_early_exit.py``
@@ -54,6 +58,45 @@ def trained_model(output_dir: Path) -> Path:
         if code != 0:
             raise SystemExit(f"training the multi-exit model failed (exit code {code})")
     return final
+
+
+def profile_costs(model, texts: list[str], batch_size: int, max_batches: int = 40) -> dict[str, float]:
+    """CPU milliseconds per batch of ``batch_size`` (texts in length order, as the classifier
+    runs them) of each piece of an early-exit pass: tokenisation, embeddings, the layer mask, one
+    encoder layer (mean of all), an intermediate exit head, the final classifier, and the exit
+    decision. Shows what the layer count alone cannot: the fixed cost every row pays."""
+    from contrastive_bert.inference.early_exit import EarlyExitClassifier
+
+    classifier = EarlyExitClassifier(model, "margin", 0.2, batch_size=batch_size)
+    encoder, heads = classifier.encoder, classifier.heads
+    ordered = sorted(texts, key=len, reverse=True)
+    batches = [ordered[b : b + batch_size] for b in range(0, len(ordered), batch_size)][:max_batches]
+    totals = {k: 0.0 for k in ("tokenise", "embed", "mask", "layer", "exit_head", "final_head", "decision")}
+    first_exit = heads.intermediate_layers[0] if heads.intermediate_layers else heads.num_layers
+
+    def timed(key: str, fn):
+        start = time.process_time()
+        out = fn()
+        totals[key] += (time.process_time() - start) * 1000.0
+        return out
+
+    with torch.inference_mode():
+        for batch in batches:
+            features = timed("tokenise", lambda: classifier._tokenize(batch))
+            hidden = timed("embed", lambda: encoder.embed(features["input_ids"], features.get("token_type_ids")))
+            mask = timed("mask", lambda: encoder.prepare_mask(hidden, features["attention_mask"]))
+            states = {}
+            for layer in range(1, encoder.num_layers + 1):
+                hidden = timed("layer", lambda: encoder.layer(layer, hidden, mask))
+                states[layer] = hidden
+            _, logits = timed("exit_head", lambda: heads.forward_layer(first_exit, states[first_exit], mask.padding))
+            timed("final_head", lambda: heads.forward_layer(heads.num_layers, states[heads.num_layers], mask.padding))
+            probs = logits.softmax(-1)
+            timed("decision", lambda: classifier.criterion.should_exit(probs, probs.argmax(-1, keepdim=True)))
+    out = {k: round(v / len(batches), 3) for k, v in totals.items()}
+    out["layer"] = round(out["layer"] / encoder.num_layers, 3)
+    out["batches"] = len(batches)
+    return out
 
 
 def best_within(result: dict, max_loss: float = 1.0, clock: str = "throughput") -> dict | None:
@@ -142,6 +185,7 @@ def main(argv: list[str] | None = None) -> None:
         measured = sweep_thresholds(model, texts, labels, SETTINGS, batch_size=size, truncated_depths=depths,
                                     repeats=args.repeats)
         result["batch_sizes"][str(size)] = {k: measured[k] for k in ("full", "truncated", "sweep")}
+        result["batch_sizes"][str(size)]["cost_ms_per_batch"] = profile_costs(model, texts, size)
         if size > 1:
             apart = sweep_thresholds(model, texts, labels, PER_BATCH_SETTINGS, batch_size=size, repeats=args.repeats,
                                      regroup=False)

@@ -103,11 +103,31 @@ class MHAExit(nn.Module):
         """Token states (B, T, H), mask (B, T) -> sentence embedding (B, out_features)."""
         projected = torch.tanh(self.project(token_embeddings))  # (B, T, d_e)
         # Only the [CLS] query is needed: its attention over the unpadded tokens.
-        attended, _ = self.attention(
-            projected[:, :1], projected, projected, key_padding_mask=attention_mask == 0, need_weights=False
-        )  # (B, 1, d_e)
+        if self.training:
+            attended, _ = self.attention(
+                projected[:, :1], projected, projected, key_padding_mask=attention_mask == 0, need_weights=False
+            )  # (B, 1, d_e)
+        else:
+            attended = self._cls_attention(projected, attention_mask)
         embedding = torch.tanh(self.retransform(attended[:, 0]))
         return F.normalize(embedding, dim=-1) if self.normalize else embedding
+
+    def _cls_attention(self, projected: Tensor, attention_mask: Tensor) -> Tensor:
+        """``self.attention`` for the [CLS] query without dropout (inference), computed directly with
+        the module's weights: (B, T, d_e) -> (B, 1, d_e). nn.MultiheadAttention's argument checks
+        and reshapes cost more than the arithmetic on the small batches of early exit."""
+        attention = self.attention
+        batch, length, dim = projected.shape
+        heads = attention.num_heads
+        weight, bias = attention.in_proj_weight, attention.in_proj_bias
+        query = F.linear(projected[:, :1], weight[:dim], None if bias is None else bias[:dim])
+        key, value = F.linear(projected, weight[dim:], None if bias is None else bias[dim:]).chunk(2, dim=-1)
+        query = query.view(batch, 1, heads, dim // heads).transpose(1, 2)  # (B, h, 1, d_h)
+        key = key.reshape(batch, length, heads, dim // heads).transpose(1, 2)  # (B, h, T, d_h)
+        value = value.reshape(batch, length, heads, dim // heads).transpose(1, 2)
+        keep = (attention_mask != 0)[:, None, None, :]  # (B, 1, 1, T): True = attend
+        attended = F.scaled_dot_product_attention(query, key, value, attn_mask=keep)  # (B, h, 1, d_h)
+        return attention.out_proj(attended.transpose(1, 2).reshape(batch, 1, dim))
 
     def forward(self, token_embeddings: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
         """Returns (embedding (B, out_features), logits (B, K))."""

@@ -80,6 +80,26 @@ def test_mha_exit_ignores_padding():
     torch.testing.assert_close(logits_short, logits_padded)
 
 
+def test_mha_exit_inference_path_equals_multihead_attention():
+    """In eval mode the [CLS] attention is computed directly from nn.MultiheadAttention's weights
+    (faster on small batches): same output as the module, padded rows included."""
+    torch.manual_seed(0)
+    head = MHAExit(16, LABELS, exit_dim=8, num_heads=2).eval()
+    tokens = torch.randn(4, 6, 16)
+    mask = torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0]])
+    projected = torch.tanh(head.project(tokens))
+    with torch.no_grad():
+        reference, _ = head.attention(projected[:, :1], projected, projected, key_padding_mask=mask == 0,
+                                      need_weights=False)
+        torch.testing.assert_close(head._cls_attention(projected, mask), reference, atol=1e-6, rtol=1e-5)
+        head.train()  # dropout 0.1 only in training; with dropout off both paths agree end to end
+        head.attention.dropout = 0.0
+        train_embedding, _ = head(tokens, mask)
+        head.eval()
+        eval_embedding, _ = head(tokens, mask)
+    torch.testing.assert_close(eval_embedding, train_embedding, atol=1e-6, rtol=1e-5)
+
+
 def test_linear_exit_mean_pooling_by_hand():
     head = LinearExit(2, ["a", "b"], pooling="mean", normalize=False)
     tokens = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
