@@ -14,6 +14,11 @@ among their names; free-weight vs encoded label heads, CE vs ACL-Embed, against 
   (1,000-row test samples) as a cross-domain check.
 - Budget: 1 epoch (232 steps) per run, 3 seeds; lambda, tau and learning rates fixed (``--help``),
   recorded in the results.
+- ``--tune``: the same methods' epochs and lambda chosen on a dev split of *intents* (10 of the
+  57 seen intents held out as well, ``random.Random(1)``; train on the other 47; dev score =
+  zero-shot accuracy on the train rows of those 10 among their names), configurations
+  ``TUNE_CONFIGS``, seed 0; then the chosen configuration with the seeds on the 57/20 split,
+  logged as ``<method>_tuned`` (no test row is read to choose).
 
 Resumable like ``bench_acl.py``: one line per finished run in ``zero_shot_runs.jsonl``, skipped on
 restart; ``bench_zero_shot.json`` rebuilt from it after every run.
@@ -49,6 +54,9 @@ METHODS = {
     "acl_embed_encoded": {"method": "acl_embed", "label_embedding": "encoded"},
 }
 CHECK_SAMPLES = 1000
+DEV_HELD_OUT = 10
+TUNE_CONFIGS = [{"epochs": 1.0, "contrastive_weight": 0.5}, {"epochs": 3.0, "contrastive_weight": 0.5},
+                {"epochs": 1.0, "contrastive_weight": 1.0}]  # contrastive_weight unused by CE
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -70,6 +78,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--run-log", default=str(RESULTS / "zero_shot_runs.jsonl"))
     parser.add_argument("--output", default=str(RESULTS / "bench_zero_shot.json"))
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--tune", action="store_true",
+                        help="choose epochs and lambda per method on a dev split of intents, then run the chosen ones")
     return parser.parse_args(argv)
 
 
@@ -101,8 +111,22 @@ def load_data(args) -> dict:
         split = _sample(load_dataset(name, data_dir=args.data_dir)["test"], min(CHECK_SAMPLES, args.eval_rows or CHECK_SAMPLES))
         checks[name] = {"texts": list(split["text"]), "gold": np.asarray(split["label"]),
                         "names": [readable(n) for n in split.features["label"].names]}
+    dev_intents = sorted(random.Random(1).sample(seen, DEV_HELD_OUT))
+    dev_train_index = {k: i for i, k in enumerate(k for k in seen if k not in dev_intents)}
+    dev_train = banking["train"].filter(lambda row: row["label"] in dev_train_index)
+    dev_train = dev_train.map(lambda row: {"label": dev_train_index[row["label"]]})
+    dev_train = dev_train.cast_column("label", ClassLabel(names=[readable(names[k]) for k in dev_train_index]))
+    dev_rows = banking["train"].filter(lambda row: row["label"] in dev_intents)
+    dev = {"train": dev_train.select_columns(["text", "label"]), "intents": dev_intents, "texts": list(dev_rows["text"]),
+           "gold": np.asarray([dev_intents.index(y) for y in dev_rows["label"]])}
     return {"names": [readable(n) for n in names], "seen": seen, "held": held, "train": train,
-            "test_texts": list(test["text"]), "test_gold": np.asarray(test["label"]), "checks": checks}
+            "test_texts": list(test["text"]), "test_gold": np.asarray(test["label"]), "checks": checks, "dev": dev}
+
+
+def dev_score(model, data: dict) -> float:
+    """Zero-shot accuracy (x100) on the train rows of the 10 dev intents among their names."""
+    names, dev = data["names"], data["dev"]
+    return float((zero_shot(model, dev["texts"], [names[k] for k in dev["intents"]]) == dev["gold"]).mean() * 100)
 
 
 def zero_shot(model, texts: list[str], names: list[str]) -> np.ndarray:
@@ -150,36 +174,68 @@ def run(spec: dict, data: dict, args) -> dict:
     model = load_model("default", device=args.device)
     model.max_seq_length = args.max_seq_length
     record = {**spec, "train_rows": 0, "steps": 0, "train_seconds": 0.0}
+    phase_dev = spec.get("phase") == "dev"
+    train = data["dev"]["train"] if phase_dev else data["train"]
+    epochs = spec.get("epochs", args.epochs)
     if spec["method"] != "untrained":
-        options = METHODS[spec["method"]]
+        options = METHODS[spec["method"].removesuffix("_tuned")]
         recipe = TrainingRecipe(
-            datasets=["banking77"], epochs=args.epochs, max_steps=args.max_steps, batch_size=args.batch_size,
+            datasets=["banking77"], epochs=epochs, max_steps=args.max_steps, batch_size=args.batch_size,
             learning_rate=args.learning_rate, head_learning_rate=args.head_learning_rate, seed=spec["seed"],
             max_seq_length=args.max_seq_length, logging_steps=50, save_steps=10**6, eval_steps=10**6, dev_task=None, eval_tasks=[],
         )
         loss_options = {"label_embedding": options["label_embedding"], "label_template": TEMPLATE}
         if options["method"] != "ce":
-            loss_options.update(contrastive_weight=args.contrastive_weight, temperature=args.temperature)
+            loss_options.update(contrastive_weight=spec.get("contrastive_weight", args.contrastive_weight),
+                                temperature=args.temperature)
         timer = StepTimer()
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as output_dir:
-            trainer, _ = train_label_classifier(model, data["train"], data["train"].features["label"].names,
+            trainer, _ = train_label_classifier(model, train, train.features["label"].names,
                                                 options["method"], recipe, output_dir, callbacks=[timer], **loss_options)
-        record.update(train_rows=len(data["train"]), steps=trainer.state.global_step,
+        record.update(train_rows=len(train), steps=trainer.state.global_step,
                       train_seconds=time.perf_counter() - start,
                       step_seconds_median=float(np.median(timer.durations)) if timer.durations else None)
-    record["scores"] = score(model, data, trained=spec["method"] != "untrained")
+    if phase_dev:
+        record["dev"] = dev_score(model, data)
+    else:
+        record["scores"] = score(model, data, trained=spec["method"] != "untrained")
     return record
+
+
+def tuned_specs(log: list[dict], methods: list[str], seeds: list[int]) -> list[dict]:
+    """The dev runs still to do (seed 0, every configuration), then per method whose dev runs are
+    all done the chosen configuration's runs on the 57/20 split."""
+    specs = [{"method": "untrained", "seed": 0, "phase": "dev"}]  # the dev score to beat
+    for method in methods:
+        configs = [{"method": method, "seed": 0, "phase": "dev", **config} for config in TUNE_CONFIGS
+                   if method.startswith("acl") or config["contrastive_weight"] == TUNE_CONFIGS[0]["contrastive_weight"]]
+        specs += configs
+        runs = [r for r in log if r.get("phase") == "dev" and r["method"] == method]
+        if len(runs) < len(configs):
+            continue
+        best = max(runs, key=lambda r: (r["dev"], -r["epochs"]))  # ties: the cheaper run
+        chosen = {"epochs": best["epochs"], "contrastive_weight": best["contrastive_weight"]}
+        specs += [{"method": f"{method}_tuned", "seed": seed, **chosen, "dev": best["dev"]} for seed in seeds]
+    return specs
 
 
 def summarize(log: list[dict], args) -> dict:
     methods: dict[str, dict] = {}
-    for method in ["untrained", *METHODS]:
-        runs = sorted((r for r in log if r["method"] == method), key=lambda r: r["seed"])
+    for method in ["untrained", *METHODS, *(f"{m}_tuned" for m in METHODS)]:
+        runs = sorted((r for r in log if r["method"] == method and r.get("phase") != "dev"), key=lambda r: r["seed"])
         if runs:
             methods[method] = {"seeds": [r["seed"] for r in runs], "steps": runs[0]["steps"],
                                "train_seconds": mean_std([r["train_seconds"] for r in runs]),
                                **{k: mean_std([r["scores"][k] for r in runs]) for k in runs[0]["scores"]}}
+            if method.endswith("_tuned"):
+                dev_runs = [r for r in log if r.get("phase") == "dev" and r["method"] == method.removesuffix("_tuned")]
+                methods[method]["chosen_on_dev"] = {"epochs": runs[0]["epochs"], "contrastive_weight": runs[0].get("contrastive_weight")}
+                methods[method]["dev_runs"] = [{"epochs": r["epochs"], "contrastive_weight": r["contrastive_weight"],
+                                               "dev_unseen10": r["dev"], "steps": r["steps"]} for r in dev_runs]
+    untrained_dev = [r["dev"] for r in log if r.get("phase") == "dev" and r["method"] == "untrained"]
+    if untrained_dev and "untrained" in methods:
+        methods["untrained"]["dev_unseen10"] = untrained_dev[0]
     base = methods.get("untrained")
     gains = {}
     if base:
@@ -217,8 +273,12 @@ def main(argv=None) -> int:
     data = load_data(args)
     held_names = [data["names"][k] for k in data["held"]]
     specs = [{"method": "untrained", "seed": 0}] + [{"method": m, "seed": s} for s in seeds for m in methods]
-    for spec in specs:
-        spec["key"] = json.dumps({**spec, "epochs": args.epochs, "max_steps": args.max_steps, "eval_rows": args.eval_rows}, sort_keys=True)
+    if args.tune:
+        specs = tuned_specs(log, methods, seeds)
+    while specs:
+        spec = specs.pop(0)
+        spec["key"] = json.dumps({"epochs": args.epochs, **spec, "max_steps": args.max_steps, "eval_rows": args.eval_rows},
+                                 sort_keys=True)
         if spec["key"] in done:
             continue
         logger.info("run %s", spec["key"])
@@ -226,7 +286,10 @@ def main(argv=None) -> int:
         record["held_out_names"] = held_names
         append_log(run_log, record)
         log.append(record)
-        logger.info("done: %s", record["scores"])
+        done.add(spec["key"])
+        logger.info("done: %s", record.get("scores", record.get("dev")))
+        if args.tune:  # the chosen configuration's runs appear once its dev runs are done
+            specs = [s for s in tuned_specs(log, methods, seeds) if "key" not in s]
         output = Path(args.output)
         output.write_text(json.dumps(summarize(log, args), indent=1, allow_nan=False))
     Path(args.output).write_text(json.dumps(summarize(log, args), indent=1, allow_nan=False))
