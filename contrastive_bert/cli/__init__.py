@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
-import os
 import sys
 
 from contrastive_bert.cli.arguments import add_verbosity_arguments
+from contrastive_bert.logging_setup import LOG_LEVELS, configure_logging  # noqa: F401 (re-exported)
 
 # Each name is a module ``contrastive_bert.cli.<name>`` exposing ``add_parser(subparsers)``.
 COMMANDS: tuple[str, ...] = ("train", "evaluate", "mine", "early_exit", "classify")
-LOG_LEVELS = {-1: logging.ERROR, 0: logging.INFO, 1: logging.DEBUG}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,35 +37,6 @@ def build_cli() -> argparse.ArgumentParser:
         if subparser is not None and not any("--verbose" in action.option_strings for action in subparser._actions):
             add_verbosity_arguments(subparser)
     return parser
-
-
-class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is at the time (so repeated ``main()`` calls, e.g. in tests, agree)."""
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
-
-
-def configure_logging(verbosity: int) -> None:
-    """Once per process, at the entry point: our modules only ``logging.getLogger(__name__)``.
-    Adds one stderr handler to the root logger (kept across calls) and sets the levels."""
-    level = LOG_LEVELS[max(-1, min(1, verbosity))]
-    root = logging.getLogger()
-    if not any(isinstance(handler, _StderrHandler) for handler in root.handlers):
-        handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S"))
-        root.addHandler(handler)
-    root.setLevel(level)
-    if level >= logging.ERROR:  # --quiet: no progress bars either (read when those libraries import)
-        for variable in ("TQDM_DISABLE", "HF_DATASETS_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS"):
-            os.environ.setdefault(variable, "1")
-    for name in ("transformers", "sentence_transformers", "datasets", "mteb", "urllib3", "filelock", "httpx"):
-        logging.getLogger(name).setLevel(level if level == logging.DEBUG else max(level, logging.WARNING))
 
 
 def main(argv: list[str] | None = None) -> int:

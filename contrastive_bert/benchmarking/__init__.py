@@ -1,0 +1,29 @@
+"""The benchmark harness shared by every script in ``eval/``.
+
+- :class:`RunLog` (``run_log``): append-only JSON lines, one fsynced record per finished run,
+  keyed by a stable string (or a dict, see :func:`run_key`); a torn last line is skipped.
+- :func:`write_results` / :func:`write_json` (``results``): atomic, valid JSON (no NaN), with the
+  :func:`environment` block; :func:`mean_std`, :func:`json_safe`.
+- :func:`add_common_arguments` / :func:`setup_from_args` (``arguments``): the shared flags and setup.
+- :class:`Budget` (``budget``): the ``--max-minutes`` wall-clock limit.
+- ``python -m contrastive_bert.benchmarking merge OUT_DIR eval/results/`` (``merge``).
+"""
+
+from contrastive_bert.benchmarking.arguments import (
+    DRY_RUN_ROWS,
+    DRY_RUN_STEPS,
+    add_common_arguments,
+    resolve_device,
+    selected,
+    setup_from_args,
+)
+from contrastive_bert.benchmarking.budget import Budget
+from contrastive_bert.benchmarking.merge import merge, merge_run_log
+from contrastive_bert.benchmarking.results import environment, json_safe, mean_std, write_json, write_results
+from contrastive_bert.benchmarking.run_log import RunLog, run_key
+
+__all__ = [
+    "DRY_RUN_ROWS", "DRY_RUN_STEPS", "Budget", "RunLog", "add_common_arguments", "environment", "json_safe",
+    "mean_std", "merge", "merge_run_log", "resolve_device", "run_key", "selected", "setup_from_args",
+    "write_json", "write_results",
+]
