@@ -34,7 +34,7 @@ _HELP = {
     "max_steps": "number of optimizer steps (-1: use --epochs)",
     "max_train_samples": "cut the shuffled training set to this many rows",
     "min_pair_score": "STS pairs with score >= this (in [0, 1]) are positives",
-    "labelled_negatives": "retrieval data sets: pair every correct answer with a labelled wrong candidate of its question (triplets)",
+    "labelled_negatives": "reranking data sets: pair every correct answer with a labelled wrong candidate of its question (triplets)",
     "dev_task": "task evaluated on its validation split during training ('' for none)",
     "eval_tasks": "comma-separated tasks evaluated on test before and after training ('' for none)",
     "freeze_layers": "freeze the embeddings and the lowest N encoder layers",

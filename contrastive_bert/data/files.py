@@ -10,7 +10,7 @@ format         columns                                         e.g.
 ``pair-score`` sentence1, sentence2, score (in [0, 1])         STS-style data
 ``pair-binary`` sentence1, sentence2, label (0/1)              paraphrase data
 ``labelled``   text, label                                     classification data
-``retrieval``  question, answer, label (0/1)                   answer selection
+``reranking``  question, answer, label (0/1)                   answer selection
 =============  ==============================================  =====================================
 """
 
@@ -27,7 +27,7 @@ from contrastive_bert.data.spec import DatasetSpec
 
 FILE_FORMATS = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 # format inference: the first task type whose columns a file has (triplets before pairs)
-_INFERENCE_ORDER = ("triplets", "pairs", "pair-score", "pair-binary", "classification", "retrieval")
+_INFERENCE_ORDER = ("triplets", "pairs", "pair-score", "pair-binary", "classification", "reranking")
 
 
 def is_data_file(value: str | os.PathLike) -> bool:
@@ -93,7 +93,7 @@ def _read_with_pandas(path: Path) -> dict[str, list]:
 def infer_format(column_names: Sequence[str]) -> tuple[str, dict[str, str]]:
     """``(task type, column mapping)`` for a file with ``column_names``.
 
-    The first task type (triplets, pairs, pair-score, pair-binary, labelled, retrieval) whose
+    The first task type (triplets, pairs, pair-score, pair-binary, labelled, reranking) whose
     columns are all present wins; a file with exactly two other columns is read as ``pairs``
     (first = anchor, second = positive)."""
     present = set(column_names)

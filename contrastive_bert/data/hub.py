@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 
 import datasets
 
+from contrastive_bert.data.beir import load_beir_from_hub
 from contrastive_bert.data.paths import DATA_DIR_ENV, data_root_hints
 from contrastive_bert.data.schemas import validate_split
 from contrastive_bert.data.spec import DatasetSpec
@@ -66,6 +67,8 @@ def load_from_hub(spec: DatasetSpec) -> datasets.DatasetDict:
     if not hub_reachable():
         raise ValueError(offline_message(spec))
     try:
+        if spec.task_type == "retrieval":
+            return load_beir_from_hub(spec.hub_id, getattr(spec, "hub_revision", None))
         loaded = datasets.load_dataset(spec.hub_id, spec.hub_config)
     except ConnectionError:
         raise ValueError(offline_message(spec)) from None

@@ -6,6 +6,10 @@ Resolution order:
 3. a local data root: ``data_dir=``, else ``$CONTRASTIVE_BERT_DATA``; read from ``<root>/<folder>``;
 4. the Hugging Face hub id (online users need no local files); offline, one ``ValueError``
    says what was looked for and how to give a data root.
+
+A data set without a ``validation`` split gets one carved from ``train`` by the package's one
+dev-split rule (:mod:`contrastive_bert.data.dev_split`), and its ``train`` split loses those
+rows; ``dev_split=False`` returns the splits as published.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from pathlib import Path
 
 import datasets
 
+from contrastive_bert.data.beir import build_retrieval_split
+from contrastive_bert.data.dev_split import with_dev_split
 from contrastive_bert.data.files import infer_label_names
 from contrastive_bert.data.hub import load_from_hub
 from contrastive_bert.data.paths import resolve_data_dir
@@ -29,12 +35,18 @@ def load_dataset(
     split: str | None = None,
     data_dir: str | os.PathLike | None = None,
     path: str | os.PathLike | None = None,
+    dev_split: bool = True,
 ) -> datasets.DatasetDict | datasets.Dataset:
-    """Load a data set (a registered name, a data file or a spec) as a ``DatasetDict``, or one
-    ``Dataset`` if ``split``."""
+    """Load a data set (a registered name, a data file, a BEIR folder or a spec) as a
+    ``DatasetDict``, or one ``Dataset`` if ``split``.
+
+    Retrieval data sets have splits ``corpus``, ``queries`` and one qrels split per judged split
+    (:mod:`contrastive_bert.data.beir`)."""
     spec = get_dataset(name)
     folder = local_folder(spec, data_dir, path)
     result = load_local(spec, folder) if folder is not None else load_from_hub(spec)
+    if dev_split:
+        result = with_dev_split(spec, result)
     if split is None:
         return result
     if split not in result:
@@ -74,5 +86,9 @@ def load_local(spec: DatasetSpec, folder: Path) -> datasets.DatasetDict:
         label_names = infer_label_names([v for table in tables.values() for v in table["label"]])
         for table in tables.values():
             table["label"] = [str(v) for v in table["label"]]
-    built = {file_name: build_split(spec.task_type, table, label_names) for file_name, table in tables.items()}
+    if spec.task_type == "retrieval":
+        split_of = {file_name: split for split, file_name in spec.files.items()}
+        built = {file_name: build_retrieval_split(split_of[file_name], table) for file_name, table in tables.items()}
+    else:
+        built = {file_name: build_split(spec.task_type, table, label_names) for file_name, table in tables.items()}
     return datasets.DatasetDict({split: built[file_name] for split, file_name in spec.files.items()})

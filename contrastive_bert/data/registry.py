@@ -15,6 +15,7 @@ import pkgutil
 from collections.abc import Mapping
 
 from contrastive_bert.data import sets
+from contrastive_bert.data.beir import beir_folder_dataset, is_beir_folder
 from contrastive_bert.data.files import FILE_FORMATS, file_dataset, is_data_file
 from contrastive_bert.data.spec import DatasetSpec
 
@@ -50,7 +51,7 @@ def _unknown(name: object) -> ValueError:
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return ValueError(
         f"dataset: unknown data set {name!r}; known: {', '.join(sorted(REGISTRY))}.{hint} "
-        f"(a data file {'/'.join(sorted(FILE_FORMATS))} is accepted too)"
+        f"(a data file {'/'.join(sorted(FILE_FORMATS))} or a BEIR folder is accepted too)"
     )
 
 
@@ -69,6 +70,10 @@ def resolve_dataset_argument(
             raise ValueError(f"format: {key!r} is a registered {REGISTRY[key].task_type} data set; a format and columns apply to data files only")
         return REGISTRY[key]
     if not is_data_file(key):
+        if is_beir_folder(key):
+            if format not in (None, "retrieval") or columns:
+                raise ValueError(f"format: {key!r} is a BEIR folder (retrieval); a format and columns apply to data files only")
+            return _FILE_DATASETS.setdefault((key, "beir"), beir_folder_dataset(key))
         raise _unknown(key)
     stamp = os.stat(key).st_mtime_ns if os.path.isfile(key) else None  # a rewritten file is read again
     cache_key = (key, format, tuple(sorted((columns or {}).items())), stamp)

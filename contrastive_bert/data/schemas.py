@@ -9,7 +9,10 @@ task type           columns                                     data sets
 ``pair-score``      ``sentence1``, ``sentence2``, ``score``     stsb (score in [0, 1] = gold/5)
 ``pair-binary``     ``sentence1``, ``sentence2``, ``label``     mrpc (1 = paraphrase)
 ``classification``  ``text``, ``label`` (``ClassLabel``)         banking77, emotion, sst2
-``retrieval``       ``question``, ``answer``, ``label``         answer_selection (1 = answers)
+``reranking``       ``question``, ``answer``, ``label``         answer_selection (1 = answers)
+``retrieval``       corpus ``id, title, text``; queries          scifact, nfcorpus (BEIR layout)
+                    ``id, text``; qrels ``query_id, corpus_id,
+                    score`` (graded)
 ``pairs``           ``anchor``, ``positive``                    files of positive pairs
 ``triplets``        ``anchor``, ``positive``, ``negative``      ``contrastive-bert mine`` output
 ==================  ==========================================  ==============================
@@ -29,7 +32,8 @@ TASK_COLUMNS: dict[str, tuple[str, ...]] = {
     "pair-score": ("sentence1", "sentence2", "score"),
     "pair-binary": ("sentence1", "sentence2", "label"),
     "classification": ("text", "label"),
-    "retrieval": ("question", "answer", "label"),
+    "reranking": ("question", "answer", "label"),
+    "retrieval": ("query_id", "corpus_id", "score"),
     "pairs": ("anchor", "positive"),
     "triplets": ("anchor", "positive", "negative"),
 }
@@ -113,7 +117,7 @@ def validate_split(dataset: datasets.Dataset, task_type: str, split: str = "spli
                 raise ValueError(f"score: row {row} of {split} is not a number: {score!r}")
             if not 0.0 <= score <= 1.0:
                 raise ValueError(f"score: row {row} of {split} is {score}, expected a value in [0, 1] (rescale e.g. 0-5 scores by 1/5)")
-    if task_type in ("pair-binary", "retrieval"):
+    if task_type in ("pair-binary", "reranking"):
         bad = [(i, v) for i, v in enumerate(dataset["label"]) if v not in (0, 1)]
         if bad:
             raise ValueError(f"label: row {bad[0][0]} of {split} is {bad[0][1]!r}, expected 0 or 1")

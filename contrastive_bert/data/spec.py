@@ -20,7 +20,8 @@ DEFAULT_MAIN_SCORE: dict[str, str | None] = {
     "pair-score": "cosine_spearman",
     "pair-binary": "cosine_spearman",
     "classification": "accuracy",
-    "retrieval": "mrr",
+    "reranking": "mrr",
+    "retrieval": "ndcg_at_10",
     "pairs": None,
     "triplets": None,
 }
@@ -72,7 +73,15 @@ class DatasetSpec:
         main_score: the metric our evaluator reports as ``main_score`` (default by task type).
         score_scale: pair-score: stored score = original gold score / ``score_scale``.
         reference: a URL (paper or source).
+        licence: the data's licence as its publishers state it (for the data card).
+        citation: a BibTeX entry for the data set's paper (for the data card).
+        hub_revision: the pinned hub revision (a commit sha, or a ref such as
+            ``refs/convert/parquet``) that ``hub_id`` loads; None: the hub's default branch.
         mteb: how the data set appears as a local mteb task; None: not offered to mteb.
+        dev_share: the share of train held out as the ``validation`` split when the data set has
+            none (:mod:`contrastive_bert.data.dev_split`: stratified by label for classification,
+            by query for retrieval); 0 keeps train whole.
+        dev_seed: the seed of that hold-out (fixed, so every consumer sees the same split).
     """
 
     name: str
@@ -91,7 +100,12 @@ class DatasetSpec:
     main_score: str | None = None
     score_scale: float = 1.0
     reference: str | None = None
+    licence: str | None = None
+    citation: str | None = None
+    hub_revision: str | None = None
     mteb: MtebCard | None = None
+    dev_share: float = 0.1
+    dev_seed: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -107,6 +121,8 @@ class DatasetSpec:
             object.__setattr__(self, "main_score", DEFAULT_MAIN_SCORE[self.task_type])
         if self.label_names is not None:
             object.__setattr__(self, "label_names", tuple(self.label_names))
+        if isinstance(self.dev_share, bool) or not isinstance(self.dev_share, (int, float)) or not 0 <= self.dev_share < 1:
+            raise ValueError(f"{self.name}: dev_share: expected a number in [0, 1), got {self.dev_share!r}")
         if self.score_scale <= 0:
             raise ValueError(f"{self.name}: score_scale: expected a positive number, got {self.score_scale}")
 

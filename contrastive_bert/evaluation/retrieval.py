@@ -31,7 +31,7 @@ def ranking_scores(groups: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, flo
 
 def evaluate_answer_selection(model, dataset, batch_size: int = 64, show_progress_bar: bool = False) -> dict[str, float]:
     """Rank each question's candidates (``question``, ``answer``, ``label`` rows) by cosine."""
-    validate_split(dataset, "retrieval", split="answer selection dataset")
+    validate_split(dataset, "reranking", split="answer selection dataset")
     questions, answers = list(dataset["question"]), list(dataset["answer"])
     embeddings = encode_unique(model, questions + answers, batch_size=batch_size, show_progress_bar=show_progress_bar)
     q, a = embeddings[: len(questions)], embeddings[len(questions) :]

@@ -45,14 +45,14 @@ def _classification(model, spec, data, split, **kwargs):
     return evaluate_classification(model, data["train"], data[split], **kwargs)
 
 
-def _retrieval(model, spec, data, split, **kwargs):
+def _reranking(model, spec, data, split, **kwargs):
     from contrastive_bert.evaluation.retrieval import evaluate_answer_selection
 
     return evaluate_answer_selection(model, data[split], **kwargs)
 
 
 # task type -> evaluator(model, spec, data, split, batch_size=..., show_progress_bar=...)
-EVALUATORS = {"pair-score": _sts, "pair-binary": _pair_binary, "classification": _classification, "retrieval": _retrieval}
+EVALUATORS = {"pair-score": _sts, "pair-binary": _pair_binary, "classification": _classification, "reranking": _reranking}
 
 
 def _evaluable(task: str | DatasetSpec) -> DatasetSpec:

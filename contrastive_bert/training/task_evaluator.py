@@ -14,13 +14,10 @@ class TaskEvaluator(BaseEvaluator):
 
     def __init__(self, task: str, split: str = "validation", data_dir: str | None = None, max_rows: int | None = None):
         super().__init__()
-        spec = get_spec(task)
-        data = load_dataset(task, data_dir=data_dir)
-        if split not in data:  # e.g. banking77 has no validation split: hold out part of train
-            if spec.task_type != "classification":
-                raise ValueError(f"split: {task!r} has no {split!r} split (has {list(data)})")
-            held_out = data["train"].train_test_split(test_size=0.1, seed=0, stratify_by_column="label")
-            data = {"train": held_out["train"], split: held_out["test"]}
+        get_spec(task)
+        data = load_dataset(task, data_dir=data_dir)  # a set without a dev split gets the package's one (data.dev_split)
+        if split not in data:
+            raise ValueError(f"split: {task!r} has no {split!r} split (has {list(data)})")
         self.task, self.split, self.data = task, split, data
         if max_rows is not None and len(data[split]) > max_rows:
             self.data = dict(data)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import datasets
 
 from contrastive_bert.data import get_dataset, labelled_negative_triplets, load_dataset, positive_pairs, scored_pairs
+from contrastive_bert.data.training_pairs import retrieval_pairs
 
 _COMPATIBLE = {
-    "pairs": ("pair-score", "pair-binary", "retrieval", "pairs", "triplets"),
-    "scored_pairs": ("pair-score", "pair-binary"),
+    "pairs": ("pair-score", "pair-binary", "reranking", "retrieval", "pairs", "triplets"),
+    "scored_pairs": ("pair-score", "pair-binary", "retrieval"),
     "labelled": ("classification",),
 }
 
@@ -23,9 +24,9 @@ def check_train_datasets(names: list[str], data_format: str, labelled_negatives:
     if labelled_negatives:
         if data_format != "pairs":
             raise ValueError(f"labelled_negatives: only for losses that train on pairs, this one trains on {data_format}")
-        others = [spec.name for spec in specs if spec.task_type != "retrieval"]
+        others = [spec.name for spec in specs if spec.task_type != "reranking"]
         if others:
-            raise ValueError(f"labelled_negatives: needs retrieval data sets with labelled wrong candidates, {others} are not")
+            raise ValueError(f"labelled_negatives: needs reranking data sets with labelled wrong candidates, {others} are not")
     for spec in specs:
         if spec.task_type not in _COMPATIBLE[data_format]:
             raise ValueError(
@@ -63,12 +64,19 @@ def build_train_dataset(
 ) -> datasets.Dataset:
     """Training rows in ``data_format`` from the ``train`` splits of ``names``, shuffled with ``seed``
     and cut to ``max_samples``. Triplets files keep their negative columns (MNRL and the queue loss
-    use them as hard negatives); ``labelled_negatives`` makes triplets of retrieval data sets, each
+    use them as hard negatives); retrieval data sets give (query, relevant document) pairs of their
+    train judgements, at most 4 per query (:func:`~contrastive_bert.data.training_pairs.retrieval_pairs`);
+    ``labelled_negatives`` makes triplets of reranking data sets, each
     correct answer with a labelled wrong candidate of its question
     (:func:`~contrastive_bert.data.training_pairs.labelled_negative_triplets`)."""
     check_train_datasets(names, data_format, labelled_negatives)
-    parts = [_rows(load_dataset(name, split="train", data_dir=data_dir), data_format, min_pair_score, labelled_negatives)
-             for name in names]
+    parts = []
+    for name in names:
+        if get_dataset(name).task_type == "retrieval":  # (query, relevant document) pairs of the train judgements
+            loaded = load_dataset(name, data_dir=data_dir)
+            parts.append(retrieval_pairs(loaded, "train", scored=data_format == "scored_pairs", seed=seed))
+        else:
+            parts.append(_rows(load_dataset(name, split="train", data_dir=data_dir), data_format, min_pair_score, labelled_negatives))
     columns = {get_dataset(name).name: part.column_names for name, part in zip(names, parts)}
     if len({tuple(c) for c in columns.values()}) > 1:
         raise ValueError(f"datasets: the training rows of these data sets have different columns: {columns}")

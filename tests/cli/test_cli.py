@@ -142,7 +142,7 @@ def test_train_recipe_file_errors(tmp_path, capsys, no_model):
     assert "recipe: file not found" in _error(capsys, ["train", "--recipe", str(tmp_path / "missing.yaml")])
     path.write_text("loss: cosent\ndatasets: [answer_selection]\n")
     err = _error(capsys, ["train", "--recipe", str(path), "--output-dir", str(tmp_path / "run")])
-    assert "'answer_selection' is a retrieval data set" in err
+    assert "'answer_selection' is a reranking data set" in err
 
 
 def test_train_runs_from_a_recipe_file(tmp_path, shared_data, capsys, tiny_loader):

@@ -66,7 +66,7 @@ def test_pair_binary_and_retrieval(tmp_path):
     ds = load_custom_dataset(path, "pair-binary", columns={"s1": "sentence1", "s2": "sentence2", "is_para": "label"})
     assert ds["label"] == [1, 0]
     path = _write(tmp_path / "qa.parquet", pd.DataFrame({"question": ["q1", "q1"], "answer": ["x", "y"], "label": [0, 1]}))
-    ds = load_custom_dataset(path, "retrieval", split="test")
+    ds = load_custom_dataset(path, "reranking", split="test")
     assert ds.column_names == ["question", "answer", "label"]
 
 

@@ -27,7 +27,7 @@ from contrastive_bert.data.schemas import build_split
 EXPECTED_ROWS = {
     "stsb": {"train": 5749, "validation": 1500, "test": 1379},
     "mrpc": {"train": 3576, "validation": 500, "test": 1725},
-    "banking77": {"train": 10003, "test": 3080},
+    "banking77": {"train": 9002, "validation": 1001, "test": 3080},  # validation: the dev-split rule's 10% of train
     "emotion": {"train": 16000, "validation": 2000, "test": 2000},
     "sst2": {"train": 67349, "validation": 872, "test": 1821},
     "answer_selection": {"train": 4718, "validation": 1148, "test": 1517},
@@ -64,8 +64,11 @@ def _write_tiny_stsb(folder, rows=(("5.000", "a b", "a b"), ("0.000", "c d", "e 
 # --------------------------------------------------------------------------- counts and schemas
 
 
+RETRIEVAL_SETS = {"scifact", "nfcorpus"}  # tests/data/test_retrieval_data.py
+
+
 def test_registry_names_every_shared_data_set():
-    assert set(REGISTRY) == set(EXPECTED_ROWS)
+    assert set(REGISTRY) == set(EXPECTED_ROWS) | RETRIEVAL_SETS
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_ROWS))
@@ -130,7 +133,7 @@ def test_banking77_labels_in_categories_order(local, shared_data):
     for ds in data.values():
         assert ds.features["label"].names == categories
         assert len(set(ds["label"])) == 77
-    first = data["train"][0]
+    first = load_dataset("banking77", split="train", data_dir=shared_data, dev_split=False)[0]  # as published
     assert first["text"] == "I am still waiting on my card?"
     assert data["train"].features["label"].int2str(first["label"]) == "card_arrival"
 
@@ -237,10 +240,13 @@ def test_hub_fallback_sst2_dev_becomes_test(no_env, monkeypatch):
     calls = _fake_hub(monkeypatch, datasets.DatasetDict({
         "train": make(["good", "bad"], [1, 0]), "validation": make(["fine"], [1]), "test": hidden,
     }))
-    data = load_dataset("sst2")
+    data = load_dataset("sst2", dev_split=False)
     assert calls == [("nyu-mll/glue", "sst2")]
     assert set(data) == {"train", "test"}
     assert data["test"]["text"] == ["fine"]
+    carved = load_dataset("sst2")  # the hub's sst2 has no labelled dev split left: the dev-split rule makes one
+    assert list(carved) == ["train", "validation", "test"]
+    assert sorted([*carved["train"]["text"], *carved["validation"]["text"]]) == ["bad", "good"]
     assert data["train"].features["label"].names == ["negative", "positive"]
 
 
@@ -310,7 +316,9 @@ def test_missing_file(tmp_path, shared_data, name, folder, missing):
 
 def test_unknown_split(shared_data):
     with pytest.raises(ValueError, match=r"split: data set 'banking77' has splits \['train', 'test'\], not 'validation'"):
-        load_dataset("banking77", split="validation", data_dir=shared_data)
+        load_dataset("banking77", split="validation", data_dir=shared_data, dev_split=False)
+    with pytest.raises(ValueError, match=r"split: data set 'banking77' has splits \['train', 'validation', 'test'\], not 'dev'"):
+        load_dataset("banking77", split="dev", data_dir=shared_data)
 
 
 def test_malformed_stsb_line(tmp_path):
@@ -363,13 +371,13 @@ def test_build_split_classification_names_and_ids():
         ("pair-score", {"sentence1": ["a", "c"], "sentence2": ["b", "d"], "score": [0.5, 4.0]}, None, r"score: row 1 of split is 4.0, expected a value in \[0, 1\]"),
         ("pair-score", {"sentence1": ["a"], "sentence2": ["b"], "score": [-0.1]}, None, r"expected a value in \[0, 1\]"),
         ("pair-binary", {"sentence1": ["a", "c"], "sentence2": ["b", "d"], "label": [1, 2]}, None, "label: row 1 of split is 2, expected 0 or 1"),
-        ("retrieval", {"question": ["q"], "answer": ["a"], "label": [-1]}, None, "label: row 0 of split is -1, expected 0 or 1"),
+        ("reranking", {"question": ["q"], "answer": ["a"], "label": [-1]}, None, "label: row 0 of split is -1, expected 0 or 1"),
         ("classification", {"text": ["a"], "label": ["x"]}, ["y", "z"], r"label: row 0 has label 'x', which is not in the declared label set \(2 labels"),
         ("classification", {"text": ["a"], "label": [2]}, ["y", "z"], "label: row 0 has label 2, which is not in the declared label set"),
         ("classification", {"text": ["a"], "label": [True]}, ["y", "z"], "label: row 0 has label True"),
         ("classification", {"text": ["a"], "label": ["y"]}, None, "label_names: a classification data set needs its list of label names"),
         ("pair-binary", {"sentence1": [None], "sentence2": ["b"], "label": [1]}, None, "sentence1: row 0 of split is not a string: None"),
-        ("ranking", {"text": ["a"]}, None, r"task_type: expected one of \['classification', 'pair-binary', 'pair-score', 'pairs', 'retrieval', 'triplets'\], got 'ranking'"),
+        ("ranking", {"text": ["a"]}, None, r"task_type: expected one of \['classification', 'pair-binary', 'pair-score', 'pairs', 'reranking', 'retrieval', 'triplets'\], got 'ranking'"),
     ],
 )
 def test_build_split_rejects_bad_rows(task_type, columns, label_names, message):
@@ -405,6 +413,6 @@ def test_positive_pairs_errors():
     with pytest.raises(ValueError, match="no positive pairs left after filtering"):
         positive_pairs(ds, min_score=0.8)
     texts = build_split("classification", {"text": ["a"], "label": ["x"]}, ["x"])
-    with pytest.raises(ValueError, match="expected a pairs, triplets, pair-score, pair-binary or retrieval split"):
+    with pytest.raises(ValueError, match="expected a pairs, triplets, pair-score, pair-binary or reranking split"):
         positive_pairs(texts)
     assert positive_pairs(ds, min_score=0.3)[0] == {"anchor": "a", "positive": "b"}

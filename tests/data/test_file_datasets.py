@@ -41,7 +41,7 @@ MINED = [  # `contrastive-bert mine --output-format triplet` rows: one per (anch
         (["sentence1", "sentence2", "score"], ("pair-score", {})),
         (["sentence1", "sentence2", "label"], ("pair-binary", {})),
         (["text", "label"], ("classification", {})),
-        (["question", "answer", "label"], ("retrieval", {})),
+        (["question", "answer", "label"], ("reranking", {})),
         (["q", "a"], ("pairs", {"q": "anchor", "a": "positive"})),
     ],
 )

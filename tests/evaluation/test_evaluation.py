@@ -182,7 +182,7 @@ def test_ranking_scores_needs_a_relevant_candidate():
 
 def test_evaluate_answer_selection_groups_by_question():
     model = CountingModel({"q1": [1, 0], "q2": [0, 1], "x": [0.9, 0.1], "y": [0.5, 0.5], "z": [0.0, 1.0]}, dim=2)
-    data = build_split("retrieval", {
+    data = build_split("reranking", {
         "question": ["q1", "q1", "q1", "q2", "q2"],
         "answer": ["x", "y", "z", "x", "z"],
         "label": [0, 0, 1, 0, 1],  # q1: relevant z ranked 3rd; q2: relevant z ranked 1st

@@ -32,7 +32,7 @@ class RecordingModel:
 
 @pytest.fixture()
 def qa_data():
-    return {"answer_selection": {"test": build_split("retrieval", QA)}}
+    return {"answer_selection": {"test": build_split("reranking", QA)}}
 
 
 def test_progress_bar_on_when_asked(qa_data, capsys):
@@ -56,7 +56,7 @@ def test_main_score_follows_the_data_set_field(qa_data):
     spec = register_dataset(dataclasses.replace(get_dataset("answer_selection"), name="qa_by_map", main_score="map"))
     try:
         # q1's candidates rank x, z, y; z and y relevant: RR 1/2, AP (1/2 + 2/3) / 2
-        data = {"test": build_split("retrieval", {"question": ["q1"] * 3, "answer": ["x", "y", "z"], "label": [0, 1, 1]})}
+        data = {"test": build_split("reranking", {"question": ["q1"] * 3, "answer": ["x", "y", "z"], "label": [0, 1, 1]})}
         scores = evaluate_split(RecordingModel(), spec.name, data)
         assert scores["mrr"] == pytest.approx(50.0)
         assert scores["main_score"] == scores["map"] == pytest.approx((1 / 2 + 2 / 3) / 2 * 100)

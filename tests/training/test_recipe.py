@@ -3,8 +3,10 @@ the output-directory policy and the no-model checks of ``check_recipe``."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -186,6 +188,55 @@ def test_loss_options_are_passed(tiny_model):
     assert loss.scale == 10.0 and loss.mini_batch_size == 4
 
 
+def test_build_loss_builds_sentence_transformers_losses(tiny_model):
+    """The benchmarks' sentence-transformers losses come from the registry, with their options."""
+    from contrastive_bert.training.losses_registry import build_loss
+
+    angle = build_loss("angle", tiny_model, [], {"scale": 50.0}, batch_size=8)
+    assert type(angle).__name__ == "AnglELoss" and angle.scale == 50.0 and get_loss_entry("angle").data_format == "scored_pairs"
+    mnrl = build_loss("mnrl", tiny_model, [], {"scale": 20.0, "hardness_mode": "in_batch_negatives", "hardness_strength": 5.0,
+                                               "gather_across_devices": False, "directions": ["query_to_doc", "doc_to_query"],
+                                               "partition_mode": "per_direction"}, batch_size=8)
+    assert (mnrl.hardness_mode, mnrl.hardness_strength, mnrl.directions) == ("in_batch_negatives", 5.0, ("query_to_doc", "doc_to_query"))
+    guide = copy.deepcopy(tiny_model)
+    gist = build_loss("gist", tiny_model, [], {"guide_model": guide, "temperature": 0.05}, batch_size=8)
+    assert type(gist).__name__ == "GISTEmbedLoss" and gist.guide is guide and gist.temperature == 0.05
+    assert not any(p.requires_grad for p in guide.parameters()) and not guide.training
+    cached = build_loss("cached_gist", tiny_model, [], {"guide_model": guide}, batch_size=8)
+    assert type(cached).__name__ == "CachedGISTEmbedLoss" and cached.mini_batch_size == 32
+    with pytest.raises(ValueError, match=r"loss_options.hardness_mode: expected one of"):
+        build_loss("mnrl", tiny_model, [], {"hardness_mode": "hard"}, batch_size=8)
+
+
+def test_gist_default_guide_is_the_bundled_model_frozen(tiny_model):
+    """``guide_model`` defaults to the bundled model, on the trained model's device, frozen, with
+    the trained model's max_seq_length."""
+    from contrastive_bert.losses.guide_filter import load_guide_model
+    guide = load_guide_model("default", tiny_model)
+    assert guide.max_seq_length == tiny_model.max_seq_length == 32
+    assert guide.device == tiny_model.device and not guide.training
+    assert not any(p.requires_grad for p in guide.parameters())
+    assert guide.get_embedding_dimension() == 384  # all-MiniLM-L6-v2, not a copy of the trained model
+    with pytest.raises(ValueError, match="guide_model: expected a model name or path"):
+        load_guide_model(3, tiny_model)
+
+
+@pytest.mark.parametrize("name, options, message", [
+    ("mnrl", {"hardness_strength": -1}, "loss_options.hardness_strength: expected a number >= 0, got -1"),
+    ("mnrl", {"directions": "query_to_doc"}, "loss_options.directions: expected a non-empty list"),
+    ("mnrl", {"partition_mode": "both"}, "loss_options.partition_mode: expected one of 'joint', 'per_direction'"),
+    ("cached_mnrl", {"gather_across_devices": "yes"}, "loss_options.gather_across_devices: expected true or false"),
+    ("angle", {"temperature": 0.05}, "loss_options.temperature: unknown option of loss 'angle'"),
+    ("gist", {"temperature": 0}, "loss_options.temperature: expected a positive number, got 0"),
+    ("gist", {"margin_strategy": "ratio"}, "loss_options.margin_strategy: expected one of 'absolute', 'relative'"),
+    ("gist", {"guide_model": 3}, "loss_options.guide_model: expected a model name or path"),
+    ("cached_gist", {"mini_batch_size": 0}, "loss_options.mini_batch_size: expected a positive integer, got 0"),
+])
+def test_sentence_transformers_option_values(name, options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        get_loss_entry(name).check_options(options)
+
+
 # --------------------------------------------------------------------------- training data
 
 
@@ -193,7 +244,7 @@ def test_loss_options_are_passed(tiny_model):
     "names, data_format, message",
     [
         (["banking77"], "pairs", r"datasets: 'banking77' is a classification data set, but this loss trains on pairs"),
-        (["answer_selection"], "scored_pairs", "'answer_selection' is a retrieval data set, but this loss trains on scored_pairs"),
+        (["answer_selection"], "scored_pairs", "'answer_selection' is a reranking data set, but this loss trains on scored_pairs"),
         (["stsb"], "labelled", "'stsb' is a pair-score data set, but this loss trains on labelled"),
         (["emotion", "sst2"], "labelled", "a classification loss trains on exactly one labelled data set"),
         (["stsb", "mprc"], "pairs", r"unknown data set 'mprc'.*Did you mean 'mrpc'"),
@@ -219,7 +270,7 @@ def test_labelled_negative_triplets_by_hand():
     assert rows["anchor"] == ["q1", "q1", "q2"]  # q3 has no wrong candidate: no row
     assert rows["positive"] == ["a1", "a2", "b1"]
     assert set(rows["negative"][:2]) <= {"w1", "w2"} and rows["negative"][2] == "x1"
-    with pytest.raises(ValueError, match="retrieval split"):
+    with pytest.raises(ValueError, match="reranking split"):
         labelled_negative_triplets(Dataset.from_dict({"text": ["a"], "label": [0]}))
 
 
@@ -233,7 +284,7 @@ def test_labelled_negatives_from_a_recipe(shared_data):
     wrong = {(q, a) for q, a, y in zip(raw["question"], raw["answer"], raw["label"]) if y == 0}
     assert all((q, n) in wrong for q, n in zip(rows["anchor"], rows["negative"]))
     for names, data_format, message in [
-        (["stsb"], "pairs", r"labelled_negatives: needs retrieval data sets .*\['stsb'\]"),
+        (["stsb"], "pairs", r"labelled_negatives: needs reranking data sets .*\['stsb'\]"),
         (["answer_selection"], "scored_pairs", "labelled_negatives: only for losses that train on pairs"),
     ]:
         with pytest.raises(ValueError, match=message):
@@ -323,7 +374,7 @@ def test_output_dir_resume_without_run(tmp_path):
     "fields, message",
     [
         ({"loss": "infonce"}, "loss: unknown loss 'infonce'"),
-        ({"loss": "cosent", "datasets": ["answer_selection"]}, "'answer_selection' is a retrieval data set, but this loss trains on scored_pairs"),
+        ({"loss": "cosent", "datasets": ["answer_selection"]}, "'answer_selection' is a reranking data set, but this loss trains on scored_pairs"),
         ({"loss": "mnrl", "datasets": ["sst2"]}, "'sst2' is a classification data set, but this loss trains on pairs"),
         ({"eval_tasks": ["stsb", "emtion"]}, r"unknown data set 'emtion'.*Did you mean 'emotion'"),
         ({"dev_task": "stsbb"}, "unknown data set 'stsbb'"),
@@ -466,15 +517,31 @@ def test_write_json_is_strict_json(tmp_path, caplog):
     assert "r.json.a: nan is not a finite number" in caplog.text
 
 
-def test_option_names_from_source_equal_the_imported_signatures():
-    """Names read from the source (no import) are those inspect.signature gives after importing."""
-    from contrastive_bert.training.losses_registry import _keyword_names, _source_keyword_names, import_target
+def test_declared_option_names_equal_the_installed_signatures():
+    """Names a sentence-transformers entry declares (no import) are its class's constructor keywords
+    (plus what the builder consumes itself: ``guide_model``)."""
+    from contrastive_bert.training.losses_registry import declared_option_names, import_target, keyword_names
 
+    declared = 0
     for name, entry in LOSSES.items():
-        for target in entry.options_from:
-            from_source = _source_keyword_names(target)
-            assert from_source is not None, target
-            assert from_source[:2] == _keyword_names(import_target(target)), target
+        if not entry.options:
+            continue
+        declared += 1
+        (target,) = entry.options_from
+        names, open_ended = keyword_names(import_target(target))
+        assert not open_ended and set(entry.options) - {"guide_model"} == names, name
+    assert declared >= 6  # mnrl, cached_mnrl, cosent, angle, gist, cached_gist
+    for name, entry in LOSSES.items():  # this package's losses: each class declares its names
+        for target in entry.options_from if not entry.options else ():
+            names, _ = declared_option_names(import_target(target))
+            assert names, (name, target)
+
+
+def test_the_registry_reads_no_source():
+    import contrastive_bert.training.losses_registry as registry
+
+    text = Path(registry.__file__).read_text()
+    assert not re.search(r"\bast\b", text) and "read_text" not in text
 
 
 def test_misspelled_option_of_a_sentence_transformers_loss_imports_nothing_heavy():
