@@ -21,7 +21,26 @@ from contrastive_bert.models import unwrap_model
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GuideFilter"]
+__all__ = ["GuideFilter", "load_guide_model"]
+
+
+def load_guide_model(guide: nn.Module | str, model: nn.Module) -> nn.Module:
+    """A frozen guide for ``model``: a SentenceTransformer as given, or a name/path loaded with
+    :func:`contrastive_bert.models.load_model` (``"default"``: the bundled all-MiniLM-L6-v2) on
+    ``model``'s device with ``model``'s ``max_seq_length`` (the guide then reads the same tokens).
+    Its parameters need no gradient and it is in eval mode."""
+    if isinstance(guide, str):
+        from contrastive_bert.models import load_model
+
+        trained = unwrap_model(model)
+        guide = load_model(guide, device=str(next(trained.parameters()).device))
+        if getattr(trained, "max_seq_length", None) is not None:
+            guide.max_seq_length = trained.max_seq_length
+    elif not isinstance(guide, nn.Module):
+        raise ValueError(f"guide_model: expected a model name or path, or a SentenceTransformer, got {guide!r}")
+    guide.requires_grad_(False)
+    guide.eval()
+    return guide
 
 
 class GuideFilter(nn.Module):

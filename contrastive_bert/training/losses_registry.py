@@ -1,35 +1,39 @@
-"""Loss names usable in recipes and on the CLI, each with the training-data format it needs.
+"""Loss names usable in recipes, on the CLI and in the benchmarks, each with the training-data
+format it needs and the option names it takes.
 
 Data formats (built by :mod:`contrastive_bert.training.train_data`):
 - ``pairs``: columns ``anchor``, ``positive`` (positive pairs of pair/retrieval data sets);
 - ``scored_pairs``: ``sentence1``, ``sentence2``, ``score`` in [0, 1];
 - ``labelled``: ``text``, ``label`` (one classification data set).
 
-Register a loss with :func:`register_loss`; builders import lazily so that the CLI starts fast.
-Each entry names (as ``"module:Class"`` strings) the loss class(es) whose constructor keywords are
-its valid ``loss_options``, so :meth:`LossEntry.check_options` can reject a misspelled or
-out-of-range option before any model or data loads: unknown names against the signatures, then
-each class's own ``check_options(options)`` classmethod (if it has one) on the options it takes.
-Option names are read from the classes' source where it says them, so that a misspelled option
-of a sentence-transformers loss is reported without importing sentence-transformers.
+Build a registered loss with :func:`build_loss` (or ``get_loss_entry(name).build(model, data, recipe)``);
+register one with :func:`register_loss`. Builders import lazily so that the CLI starts fast.
+
+Each entry declares its option names, so :meth:`LossEntry.check_options` rejects a misspelled or
+out-of-range option before any model or data loads:
+- sentence-transformers' losses list them in ``options`` (checked against the classes'
+  signatures by the tests), so a misspelled option fails without importing sentence-transformers;
+- this package's losses name their class in ``options_from``: its ``option_names()`` classmethod
+  (or, for a class without one, its constructor's keywords) gives the names, its
+  ``check_options(options)`` classmethod the value checks.
 """
 
 from __future__ import annotations
 
-import ast
 import difflib
 import importlib
-import importlib.util
 import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 DATA_FORMATS = ("pairs", "scored_pairs", "labelled")
-# Parameters a builder fills itself: never user options.
-BUILDER_FILLED = frozenset({"self", "model", "train_dataset", "train_dataset_size", "batch_size"})
+# Parameters a builder fills itself: never user options (``guide``: GISTEmbed's guide model, set by ``guide_model``).
+BUILDER_FILLED = frozenset({"self", "model", "train_dataset", "train_dataset_size", "batch_size", "guide"})
+
+# A builder: (model, train_dataset, options, batch_size) -> the loss module.
+Builder = Callable[[Any, Any, dict, "int | None"], Any]
 
 
 def import_target(target: str) -> Any:
@@ -43,103 +47,63 @@ def import_target(target: str) -> Any:
     return obj
 
 
-def _keyword_names(target: Any) -> tuple[set[str], bool]:
-    """Named keyword parameters of a class's constructor (or a function), and whether it takes ``**kwargs``."""
+def keyword_names(target: Any) -> tuple[set[str], bool]:
+    """Named keyword parameters of a class's constructor (or a function) minus :data:`BUILDER_FILLED`,
+    and whether it takes ``**kwargs``."""
     parameters = inspect.signature(target).parameters.values()
     names = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     return names - BUILDER_FILLED, any(p.kind is p.VAR_KEYWORD for p in parameters)
 
 
-def _module_file(module: str) -> Path | None:
-    """The source file of ``module``, found without importing it (nor its packages)."""
-    top, *rest = module.split(".")
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):  # e.g. a module object without a spec
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return Path(spec.origin) if spec is not None and spec.origin and not rest else None
-    folder = Path(next(iter(spec.submodule_search_locations))).joinpath(*rest)
-    for candidate in (folder / "__init__.py", folder.with_suffix(".py")):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _definition(module: str, name: str, depth: int = 0) -> ast.ClassDef | ast.FunctionDef | None:
-    """The class or function ``name`` of ``module`` in its source (following ``from .x import name``)."""
-    path = _module_file(module)
-    if path is None or depth > 3:
-        return None
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == name:
-            return node
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.level and any(a.name == name and a.asname in (None, name) for a in node.names):
-            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-            return _definition(f"{base}.{node.module}" if node.module else base, name, depth + 1)
-    return None
-
-
-def _source_keyword_names(target: str) -> tuple[set[str], bool, bool] | None:
-    """``(names, takes_kwargs, defines_check_options)`` of a ``"module:Name"`` read from its source,
-    so that no library is imported to check option names; None when the source does not say."""
-    module, _, name = target.partition(":")
-    node = _definition(module, name)
-    defines_check = False
-    if isinstance(node, ast.ClassDef):
-        methods = {n.name: n for n in node.body if isinstance(n, ast.FunctionDef)}
-        defines_check = "check_options" in methods
-        node = methods.get("__init__")
-        if node is None:
-            return None
-    if node is None:
-        return None
-    arguments = node.args
-    names = {a.arg for a in arguments.args + arguments.kwonlyargs}
-    return names - BUILDER_FILLED, arguments.kwarg is not None, defines_check
-
-
-def _target_keyword_names(target: str) -> tuple[set[str], bool]:
-    from_source = _source_keyword_names(target)
-    return from_source[:2] if from_source is not None else _keyword_names(import_target(target))
-
-
-def _may_check_values(target: str) -> bool:
-    """Whether ``target`` may have a ``check_options`` (then it is imported to call it): this
-    package's classes always may; another library's only if its source defines one."""
-    from_source = _source_keyword_names(target)
-    return target.startswith("contrastive_bert.") or from_source is None or from_source[2]
+def declared_option_names(loss_class: Any) -> tuple[set[str], bool]:
+    """A loss class's option names: its ``option_names()`` classmethod if it has one, else its
+    constructor's keywords. Returns ``(names, open_ended)``."""
+    if hasattr(loss_class, "option_names"):
+        return set(loss_class.option_names()), False
+    return keyword_names(loss_class)
 
 
 @dataclass(frozen=True)
 class LossEntry:
-    """``build(model, train_dataset, recipe) -> nn.Module`` plus what the loss needs to train.
+    """One registered loss: ``make(model, train_dataset, options, batch_size) -> nn.Module``
+    plus what it needs to train.
 
-    ``options_from``: ``"module:Name"`` of the loss class (and of any builder in front of it)
-    whose keyword parameters are the valid ``loss_options``; ``extra_options``: names the
-    builder consumes itself; ``check``: value checks for a loss class without ``check_options``
-    (sentence-transformers' own losses)."""
+    ``options``: the option names, declared (no import needed; sentence-transformers' losses);
+    ``options_from``: ``"module:Name"`` of the class(es) that declare the options otherwise
+    (``option_names()`` / ``check_options()`` classmethods, or constructor keywords), and for a
+    sentence-transformers loss the class it builds (the tests compare ``options`` with it);
+    ``extra_options``: names the builder consumes itself; ``check``: value checks for losses
+    without a ``check_options`` (sentence-transformers' own)."""
 
     name: str
     data_format: str
-    build: Callable[..., Any]
+    make: Builder
     batch_sampler: str = "batch_sampler"  # a sentence_transformers BatchSamplers value
     description: str = ""
     options_from: tuple[str, ...] = ()
     extra_options: tuple[str, ...] = ()
     check: Callable[[Mapping[str, Any]], None] | None = None
+    options: tuple[str, ...] = ()
+
+    def build(self, model, train_dataset, recipe):
+        """The loss for a :class:`~contrastive_bert.training.recipe.TrainingRecipe` (its
+        ``loss_options`` and ``batch_size``, if it has one)."""
+        return self.make(model, train_dataset, dict(recipe.loss_options), getattr(recipe, "batch_size", None))
+
+    def _classes(self) -> list[Any]:
+        """The ``options_from`` classes whose options are not declared in ``options`` (imported)."""
+        return [] if self.options else [import_target(target) for target in self.options_from]
 
     def option_names(self) -> set[str] | None:
-        """Every valid option name, or None when any name goes (all targets take ``**kwargs``)."""
+        """Every valid option name, or None when any name goes (all classes take ``**kwargs``)."""
+        if self.options:
+            return set(self.options) | set(self.extra_options)
         if not self.options_from:
             return None
         names, open_ended = set(self.extra_options), True
-        for target in self.options_from:
-            target_names, takes_kwargs = _target_keyword_names(target)
-            names |= target_names
+        for loss_class in self._classes():
+            class_names, takes_kwargs = declared_option_names(loss_class)
+            names |= class_names
             open_ended = open_ended and takes_kwargs
         return None if open_ended else names
 
@@ -159,13 +123,10 @@ class LossEntry:
                     )
         if self.check is not None:
             self.check(options)
-        for target in self.options_from:
-            if not _may_check_values(target):
-                continue
-            loss_class = import_target(target)
+        for loss_class in self._classes():
             if inspect.isclass(loss_class) and hasattr(loss_class, "check_options"):
-                accepted, takes_kwargs = _keyword_names(loss_class)
-                loss_class.check_options({k: v for k, v in options.items() if takes_kwargs or k in accepted})
+                accepted, open_ended = declared_option_names(loss_class)
+                loss_class.check_options({k: v for k, v in options.items() if open_ended or k in accepted})
 
 
 LOSSES: dict[str, LossEntry] = {}
@@ -186,73 +147,163 @@ def get_loss_entry(name: str) -> LossEntry:
     return LOSSES[name]
 
 
+def build_loss(name: str, model, train_dataset, options: Mapping[str, Any] | None = None, batch_size: int | None = None):
+    """The registered loss ``name`` for ``model``: options checked (``ValueError`` naming
+    ``loss_options.<name>``), then built. ``train_dataset`` (its length sizes the queue losses'
+    queue; the labelled losses read their labels) and ``batch_size`` are what a recipe would give."""
+    entry = get_loss_entry(name)
+    options = dict(options or {})
+    entry.check_options(options)
+    return entry.make(model, train_dataset, options, batch_size)
+
+
+# --------------------------------------------------------------------------- sentence-transformers' losses
+# The baselines every contrastive_bert loss is measured against. Option names are declared here
+# (tests/training/test_recipe.py checks them against the installed classes' signatures) so that a
+# misspelled option fails without importing sentence-transformers.
+
+_ST_LOSSES = "sentence_transformers.sentence_transformer.losses"
+_MNRL_OPTIONS = ("scale", "similarity_fct", "gather_across_devices", "directions", "partition_mode",
+                 "hardness_mode", "hardness_strength")
+_CACHED_OPTIONS = ("mini_batch_size", "mini_batch_num_tokens", "show_progress_bar")
+_GIST_OPTIONS = ("temperature", "margin_strategy", "margin", "contrast_anchors", "contrast_positives",
+                 "gather_across_devices")
+_DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
+
+
+def _expected(name: str, expected: str, value: Any) -> ValueError:
+    return ValueError(f"loss_options.{name}: expected {expected}, got {value!r}")
+
+
+def _is_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def _check_sentence_transformers_options(options: Mapping[str, Any]) -> None:
-    """Value ranges of the options sentence-transformers' MNRL / CachedMNRL / CoSENT take from JSON."""
-    scale = options.get("scale", 20.0)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"loss_options.scale: expected a positive number, got {scale!r}")
+    """Value ranges of the options sentence-transformers' losses take from JSON."""
+    for name in ("scale", "temperature"):
+        if name in options and not (_is_number(options[name]) and options[name] > 0):
+            raise _expected(name, "a positive number", options[name])
     for name in ("mini_batch_size", "mini_batch_num_tokens"):
         value = options.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"loss_options.{name}: expected a positive integer, got {value!r}")
+            raise _expected(name, "a positive integer", value)
     if "similarity_fct" in options:
         raise ValueError("loss_options.similarity_fct: a Python function; not settable from a recipe or the CLI")
+    for name in ("gather_across_devices", "show_progress_bar", "contrast_anchors", "contrast_positives"):
+        if name in options and not isinstance(options[name], bool):
+            raise _expected(name, "true or false", options[name])
+    choices = {"partition_mode": ("joint", "per_direction"), "margin_strategy": ("absolute", "relative"),
+               "hardness_mode": ("in_batch_negatives", "hard_negatives", "all_negatives", None)}
+    for name, allowed in choices.items():
+        if name in options and options[name] not in allowed:
+            raise _expected(name, "one of " + ", ".join(repr(c) for c in allowed), options[name])
+    if "hardness_strength" in options and not (_is_number(options["hardness_strength"]) and options["hardness_strength"] >= 0):
+        raise _expected("hardness_strength", "a number >= 0", options["hardness_strength"])
+    if "margin" in options and not _is_number(options["margin"]):
+        raise _expected("margin", "a finite number", options["margin"])
+    if "directions" in options:
+        directions = options["directions"]
+        if isinstance(directions, str) or not isinstance(directions, (list, tuple)) or not directions or any(
+            d not in _DIRECTIONS for d in directions
+        ):
+            raise _expected("directions", "a non-empty list of " + ", ".join(repr(d) for d in _DIRECTIONS), directions)
+    guide = options.get("guide_model", "default")
+    if not isinstance(guide, str) and not hasattr(guide, "encode"):
+        raise _expected("guide_model", "a model name or path, or a SentenceTransformer", guide)
 
 
-_ST_LOSSES = "sentence_transformers.sentence_transformer.losses"
+def _st_options(options: dict) -> dict:
+    """JSON values as sentence-transformers takes them (``directions`` a tuple)."""
+    if isinstance(options.get("directions"), list):
+        options["directions"] = tuple(options["directions"])
+    return options
 
 
-def _mnrl(model, train_dataset, recipe):
+def _mnrl(model, train_dataset, options, batch_size):
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
-    return MultipleNegativesRankingLoss(model, **recipe.loss_options)
+    return MultipleNegativesRankingLoss(model, **_st_options(options))
 
 
-def _cached_mnrl(model, train_dataset, recipe):
+def _cached_mnrl(model, train_dataset, options, batch_size):
     from sentence_transformers.sentence_transformer.losses import CachedMultipleNegativesRankingLoss
 
-    options = {"mini_batch_size": 32, **recipe.loss_options}
-    return CachedMultipleNegativesRankingLoss(model, **options)
+    return CachedMultipleNegativesRankingLoss(model, **_st_options({"mini_batch_size": 32, **options}))
 
 
-def _cosent(model, train_dataset, recipe):
+def _cosent(model, train_dataset, options, batch_size):
     from sentence_transformers.sentence_transformer.losses import CoSENTLoss
 
-    return CoSENTLoss(model, **recipe.loss_options)
+    return CoSENTLoss(model, **options)
 
 
-# sentence-transformers' own losses: the baselines every contrastive_bert loss is measured against.
+def _angle(model, train_dataset, options, batch_size):
+    from sentence_transformers.sentence_transformer.losses import AnglELoss
+
+    return AnglELoss(model, **options)
+
+
+def _gist(model, train_dataset, options, batch_size):
+    from sentence_transformers.sentence_transformer.losses import GISTEmbedLoss
+
+    from contrastive_bert.losses.guide_filter import load_guide_model
+
+    guide = load_guide_model(options.pop("guide_model", "default"), model)
+    return GISTEmbedLoss(model, guide, **options)
+
+
+def _cached_gist(model, train_dataset, options, batch_size):
+    from sentence_transformers.sentence_transformer.losses import CachedGISTEmbedLoss
+
+    from contrastive_bert.losses.guide_filter import load_guide_model
+
+    guide = load_guide_model(options.pop("guide_model", "default"), model)
+    return CachedGISTEmbedLoss(model, guide, **{"mini_batch_size": 32, **options})
+
+
 register_loss(LossEntry("mnrl", "pairs", _mnrl, "no_duplicates", "MultipleNegativesRankingLoss (in-batch InfoNCE)",
-                        options_from=(f"{_ST_LOSSES}:MultipleNegativesRankingLoss",), check=_check_sentence_transformers_options))
+                        options_from=(f"{_ST_LOSSES}:MultipleNegativesRankingLoss",), options=_MNRL_OPTIONS,
+                        check=_check_sentence_transformers_options))
 register_loss(LossEntry("cached_mnrl", "pairs", _cached_mnrl, "no_duplicates", "CachedMultipleNegativesRankingLoss (GradCache)",
-                        options_from=(f"{_ST_LOSSES}:CachedMultipleNegativesRankingLoss",), check=_check_sentence_transformers_options))
+                        options_from=(f"{_ST_LOSSES}:CachedMultipleNegativesRankingLoss",), options=_MNRL_OPTIONS + _CACHED_OPTIONS,
+                        check=_check_sentence_transformers_options))
 register_loss(LossEntry("cosent", "scored_pairs", _cosent, "batch_sampler", "CoSENTLoss on scored pairs",
-                        options_from=(f"{_ST_LOSSES}:CoSENTLoss",), check=_check_sentence_transformers_options))
+                        options_from=(f"{_ST_LOSSES}:CoSENTLoss",), options=("scale", "similarity_fct"),
+                        check=_check_sentence_transformers_options))
+register_loss(LossEntry("angle", "scored_pairs", _angle, "batch_sampler", "AnglELoss on scored pairs (CoSENT on angle differences)",
+                        options_from=(f"{_ST_LOSSES}:AnglELoss",), options=("scale",),
+                        check=_check_sentence_transformers_options))
+register_loss(LossEntry("gist", "pairs", _gist, "no_duplicates", "GISTEmbedLoss: in-batch InfoNCE whose negatives a frozen guide model vetoes (loss_options: guide_model='default' = the bundled model, temperature, margin_strategy, margin, ...)",
+                        options_from=(f"{_ST_LOSSES}:GISTEmbedLoss",), options=("guide_model",) + _GIST_OPTIONS,
+                        check=_check_sentence_transformers_options))
+register_loss(LossEntry("cached_gist", "pairs", _cached_gist, "no_duplicates", "CachedGISTEmbedLoss: gist with GradCache for large batches",
+                        options_from=(f"{_ST_LOSSES}:CachedGISTEmbedLoss",), options=("guide_model",) + _GIST_OPTIONS + _CACHED_OPTIONS,
+                        check=_check_sentence_transformers_options))
 
-# contrastive_bert's own losses (registered below by their modules' builders).
+# --------------------------------------------------------------------------- contrastive_bert's losses
 
 
-def _queue_infonce(model, train_dataset, recipe):
-    options = dict(recipe.loss_options)
+def _queue_infonce(model, train_dataset, options, batch_size):
     if options.pop("cached", False):  # alias of the loss name cached_queue_infonce
         from contrastive_bert.losses.cached_queue_infonce import build_cached_queue_infonce_loss
 
-        return build_cached_queue_infonce_loss(model, len(train_dataset), recipe.batch_size, **options)
+        return build_cached_queue_infonce_loss(model, len(train_dataset), batch_size, **options)
     from contrastive_bert.losses.queue_infonce import build_queue_infonce_loss
 
-    return build_queue_infonce_loss(model, len(train_dataset), recipe.batch_size, **options)
+    return build_queue_infonce_loss(model, len(train_dataset), batch_size, **options)
 
 
-def _cached_queue_infonce(model, train_dataset, recipe):
+def _cached_queue_infonce(model, train_dataset, options, batch_size):
     from contrastive_bert.losses.cached_queue_infonce import build_cached_queue_infonce_loss
 
-    return build_cached_queue_infonce_loss(model, len(train_dataset), recipe.batch_size, **recipe.loss_options)
+    return build_cached_queue_infonce_loss(model, len(train_dataset), batch_size, **options)
 
 
-def _queue_cosent(model, train_dataset, recipe):
+def _queue_cosent(model, train_dataset, options, batch_size):
     from contrastive_bert.losses.queue_cosent import build_queue_cosent_loss
 
-    return build_queue_cosent_loss(model, len(train_dataset), recipe.batch_size, **recipe.loss_options)
+    return build_queue_cosent_loss(model, len(train_dataset), batch_size, **options)
 
 
 def _check_queue_infonce(options: Mapping[str, Any]) -> None:
@@ -269,7 +320,7 @@ def _check_queue_infonce(options: Mapping[str, Any]) -> None:
 _QUEUE = "contrastive_bert.losses.queue_infonce:QueueInfoNCELoss"
 _CACHED_QUEUE = "contrastive_bert.losses.cached_queue_infonce:CachedQueueInfoNCELoss"
 register_loss(LossEntry("queue_infonce", "pairs", _queue_infonce, "no_duplicates", "InfoNCE + FIFO embedding queue + mined hard negatives (loss_options: queue_size, temperature, num_hard_negatives, hard_negative_share, momentum, perc_pos, guide_model, ...; cached=true is cached_queue_infonce)",
-                        options_from=(_QUEUE, "contrastive_bert.losses.cached_queue_infonce:build_cached_queue_infonce_loss"),
+                        options_from=(_QUEUE,),
                         extra_options=("cached", "mini_batch_size", "mini_batch_num_tokens", "show_progress_bar"), check=_check_queue_infonce))
 register_loss(LossEntry("cached_queue_infonce", "pairs", _cached_queue_infonce, "no_duplicates", "queue_infonce with GradCache for large batches (loss_options: those of queue_infonce + mini_batch_size, mini_batch_num_tokens)",
                         options_from=(_QUEUE, _CACHED_QUEUE), extra_options=("mini_batch_size", "mini_batch_num_tokens", "show_progress_bar")))
@@ -277,20 +328,20 @@ register_loss(LossEntry("queue_cosent", "scored_pairs", _queue_cosent, "batch_sa
                         options_from=("contrastive_bert.losses.queue_cosent:QueueCoSENTLoss", _QUEUE)))
 
 
-def _acl(model, train_dataset, recipe):
+def _acl(model, train_dataset, options, batch_size):
     from contrastive_bert.losses.acl_embed import build_acl_loss
 
-    return build_acl_loss(model, train_dataset, **recipe.loss_options)
+    return build_acl_loss(model, train_dataset, **options)
 
 
 register_loss(LossEntry("acl", "labelled", _acl, "group_by_label", "CE + lambda x label-anchored SupCon with ACL-Grad gating; head saved with the model (loss_options: temperature, contrastive_weight, gradient_gating, angle_threshold, mode=acl|supcon|ce, label_embedding=free|encoded, label_template, angle_parameters=all|head_last_layer, angle_every, ...)",
                         options_from=("contrastive_bert.losses.acl_embed:build_acl_loss", "contrastive_bert.losses.acl_embed:ACLEmbedLoss")))
 
 
-def _cross_layer(model, train_dataset, recipe):
+def _cross_layer(model, train_dataset, options, batch_size):
     from contrastive_bert.losses.cross_layer import build_cross_layer_loss
 
-    return build_cross_layer_loss(model, train_dataset, **recipe.loss_options)
+    return build_cross_layer_loss(model, train_dataset, **options)
 
 
 register_loss(LossEntry("cross_layer", "labelled", _cross_layer, "group_by_label", "exit heads on intermediate layers trained by CE + ACL-CL / logit KD towards the final classifier, backbone frozen by default (loss_options: method=acl_cl|kd|ce, exit_layers, exit_head=linear|mha, head_dim, temperature, weight, freeze_backbone)",
