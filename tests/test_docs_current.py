@@ -1,0 +1,125 @@
+"""The generated pages (docs/results.md, docs/results_archive.md, data/*.md, the README's standings
+table) equal what scripts/render_docs.py renders now from eval/results/*.json and the DatasetSpecs,
+and the renderer's pieces give the values they should."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from contrastive_bert.data.spec import DatasetSpec, MtebCard
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_renderer():
+    spec = importlib.util.spec_from_file_location("render_docs", ROOT / "scripts" / "render_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+render_docs = _load_renderer()
+
+
+def test_generated_pages_are_current():
+    stale = [str(path.relative_to(ROOT)) for path in render_docs.stale_pages()]
+    assert not stale, f"out of date: {', '.join(stale)}; run: python scripts/render_docs.py"
+
+
+def test_every_builtin_data_set_has_a_card_with_its_licence():
+    for spec, _ in render_docs.builtin_specs():
+        card = (ROOT / "data" / f"{spec.name}.md").read_text(encoding="utf-8")
+        assert f"# `{spec.name}`" in card
+        assert f"**Licence**: {spec.licence or 'not stated'}" in card
+
+
+def test_readme_standings_link_their_files_and_quote_them():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    results = render_docs.Results()
+    pairs = results["pairs_quality"]["sts"]["methods"]["cosent"]["test"]
+    assert f"CoSENT {pairs['mean']:.2f} ± {pairs['std']:.2f}" in readme
+    for _, stem, *_ in render_docs.STANDINGS:
+        assert f"(eval/results/{stem}.json)" in readme
+        assert (ROOT / "eval" / "results" / f"{stem}.json").is_file()
+
+
+def test_fmt_cells():
+    assert render_docs.fmt({"mean": 86.5701, "std": 0.0524, "values": [1, 2, 3]}, seeds=True) == "86.57 ± 0.05 (3)"
+    assert render_docs.fmt({"mean": 86.5701, "std": 0.0524}) == "86.57 ± 0.05"
+    assert render_docs.fmt(68.7) == "68.70"
+    assert render_docs.fmt(3080) == "3,080"
+    assert render_docs.fmt(None) == ""
+    assert render_docs.fmt(0.25, ".1%") == "25.0%"
+
+
+def test_lookup_follows_keys_and_list_indices_and_names_a_missing_key():
+    data = {"a": {"10-shot": [{"x": 1.5}]}}
+    assert render_docs.lookup(data, "a.10-shot.0.x") == 1.5
+    with pytest.raises(ValueError, match="'y'"):
+        render_docs.lookup(data, "a.10-shot.0.y")
+
+
+def _results(tmp_path: Path, files: dict) -> object:
+    for stem, data in files.items():
+        (tmp_path / f"{stem}.json").write_text(json.dumps(data))
+    return render_docs.Results(tmp_path)
+
+
+def test_template_values_differences_and_links(tmp_path):
+    results = _results(tmp_path, {"bench": {"m": {"a": {"mean": 38.78, "std": 3.99}, "b": {"mean": 34.14, "std": 5.43}}}})
+    text = "A {{v bench m.a}}, B {{v bench m.b.mean|.1f}}, gain {{d bench m.a bench m.b|.1f}}, loss {{d bench m.b bench m.a}}, {{link bench}}."
+    assert render_docs.render_template(text, results) == (
+        "A 38.78 ± 3.99, B 34.1, gain +4.6, loss -4.64, [`bench.json`](../eval/results/bench.json).")
+
+
+def test_template_refuses_a_missing_file_or_table(tmp_path):
+    results = _results(tmp_path, {})
+    with pytest.raises(ValueError, match="does not exist"):
+        render_docs.render_template("{{v nowhere a.b}}", results)
+    with pytest.raises(ValueError, match="unknown table"):
+        render_docs.render_template("{{table nowhere}}", results)
+
+
+def test_retrieval_table_is_rendered_from_the_file_shape(tmp_path):
+    results = _results(tmp_path, {})
+    assert "Not run yet" in render_docs.table_retrieval(results)
+    stat = lambda m, s: {"mean": m, "std": s, "values": [m - s, m, m + s]}  # noqa: E731
+    results = _results(tmp_path, {"retrieval_quality": {
+        "scifact": {"mnrl": {"dev": {"ndcg_at_10": stat(70.0, 0.5)},
+                             "test": {"ndcg_at_10": stat(66.25, 0.75), "map_at_100": 61.5, "recall_at_100": 92.0},
+                             "general": {"stsb": 82.5, "zero_shot_banking77": 60.25}}},
+        "environment": {"torch": "2.13"}}})
+    assert render_docs.table_retrieval(results) == "\n".join([
+        "*scifact*", "",
+        "| method | dev nDCG@10 | test nDCG@10 | test MAP@100 | test recall@100 | stsb | zero_shot_banking77 |",
+        "|---|---|---|---|---|---|---|",
+        "| MNRL (ST) | 70.00 ± 0.50 | 66.25 ± 0.75 (3) | 61.50 | 92.00 | 82.50 | 60.25 |"])
+
+
+def test_readme_standings_need_their_markers(tmp_path):
+    with pytest.raises(ValueError, match="markers"):
+        render_docs.render_readme("# no markers here\n", render_docs.Results(tmp_path))
+
+
+def test_data_card_is_written_from_the_spec():
+    spec = DatasetSpec(name="headlines", task_type="pair-score", description="News headline pairs",
+                       hub_id="someone/headlines", hub_revision="0123abcd", licence="CC-BY-4.0",
+                       citation="@article{h, title={Headlines}}", reference="https://example.org/h",
+                       mteb=MtebCard("LocalHeadlinesSTS", domains=("News",)))
+    card = render_docs.data_card(spec, "News headlines: pairs with a 0-5 score.")
+    assert card.startswith("# `headlines`: News headlines\n")
+    assert "- **Hugging Face hub** (used when no data root is given): `someone/headlines`, revision `0123abcd`" in card
+    assert "- **Licence**: CC-BY-4.0" in card
+    assert "```bibtex\n@article{h, title={Headlines}}\n```" in card
+    assert "local task `LocalHeadlinesSTS`; domains News" in card
+
+
+def test_spec_card_fields_default_to_none():
+    spec = DatasetSpec(name="x", task_type="pairs", description="x", hub_id="someone/x")
+    assert (spec.licence, spec.citation, spec.hub_revision) == (None, None, None)
+    card = render_docs.data_card(spec, None)
+    assert "revision not pinned" in card and "**Licence**: not stated" in card
