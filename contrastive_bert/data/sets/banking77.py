@@ -29,5 +29,16 @@ DATASET = DatasetSpec(
     read_label_names=read_label_names,
     hub_id="PolyAI/banking77",
     reference="https://arxiv.org/abs/2003.04807",
+    licence="CC-BY-4.0",
+    citation="""@inproceedings{casanueva-etal-2020-efficient,
+    title = "Efficient Intent Detection with Dual Sentence Encoders",
+    author = "Casanueva, I{\\~n}igo and Tem{\\v{c}}inas, Tadas and Gerz, Daniela and Henderson, Matthew and Vuli{\\'c}, Ivan",
+    booktitle = "Proceedings of the 2nd Workshop on Natural Language Processing for Conversational AI",
+    year = "2020",
+    pages = "38--45",
+    url = "https://aclanthology.org/2020.nlp4convai-1.5/",
+}""",
+    # The hub's parquet conversion: the original repository is a loading script, which datasets>=4 refuses.
+    hub_revision="refs/convert/parquet",
     mteb=MtebCard("LocalBanking77Classification", stock_task="Banking77Classification", date=("2019-01-01", "2019-12-31")),
 )

@@ -25,6 +25,15 @@ DATASET = DatasetSpec(
     label_names=("sadness", "joy", "love", "anger", "fear", "surprise"),  # dair-ai/emotion's id order
     hub_id="dair-ai/emotion",
     reference="https://www.aclweb.org/anthology/D18-1404",
+    licence="educational and research use only (dair-ai/emotion's terms)",
+    citation="""@inproceedings{saravia-etal-2018-carer,
+    title = "{CARER}: Contextualized Affect Representations for Emotion Recognition",
+    author = "Saravia, Elvis and Liu, Hsien-Chi Toby and Huang, Yen-Hao and Wu, Junlin and Chen, Yi-Shin",
+    booktitle = "Proceedings of the 2018 Conference on Empirical Methods in Natural Language Processing",
+    year = "2018",
+    pages = "3687--3697",
+    url = "https://aclanthology.org/D18-1404/",
+}""",
     mteb=MtebCard("LocalEmotionClassification", stock_task="EmotionClassification", date=("2017-01-01", "2018-12-31"),
                   domains=("Social", "Written"), samples_per_label=16),
 )

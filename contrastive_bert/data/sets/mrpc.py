@@ -24,5 +24,13 @@ DATASET = DatasetSpec(
     hub_id="nyu-mll/glue",
     hub_config="mrpc",
     reference="https://aclanthology.org/I05-5002/",
+    licence="Microsoft Shared Source License (mrpc/LICENCE.html)",
+    citation="""@inproceedings{dolan-brockett-2005-automatically,
+    title = "Automatically Constructing a Corpus of Sentential Paraphrases",
+    author = "Dolan, William B. and Brockett, Chris",
+    booktitle = "Proceedings of the Third International Workshop on Paraphrasing (IWP2005)",
+    year = "2005",
+    url = "https://aclanthology.org/I05-5002/",
+}""",
     mteb=MtebCard("LocalMRPCPairClassification", date=("2005-01-01", "2005-12-31"), domains=("News", "Written")),
 )

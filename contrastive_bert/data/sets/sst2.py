@@ -28,5 +28,14 @@ DATASET = DatasetSpec(
     hub_config="sst2",
     hub_splits={"train": "train", "test": "validation"},  # GLUE hides its test labels: its dev set is the test set
     reference="https://aclanthology.org/D13-1170/",
+    licence="the Stanford Sentiment Treebank's release terms (no licence file upstream)",
+    citation="""@inproceedings{socher-etal-2013-recursive,
+    title = "Recursive Deep Models for Semantic Compositionality Over a Sentiment Treebank",
+    author = "Socher, Richard and Perelygin, Alex and Wu, Jean and Chuang, Jason and Manning, Christopher D. and Ng, Andrew and Potts, Christopher",
+    booktitle = "Proceedings of the 2013 Conference on Empirical Methods in Natural Language Processing",
+    year = "2013",
+    pages = "1631--1642",
+    url = "https://aclanthology.org/D13-1170/",
+}""",
     mteb=MtebCard("LocalSST2Classification", date=("2013-01-01", "2013-12-31"), domains=("Reviews", "Written")),
 )
