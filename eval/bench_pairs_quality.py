@@ -13,33 +13,44 @@ The protocol (same for every method):
 * general ability: zero-shot Banking77 accuracy by label names (all 77 intents, template
   "This text is about {}.") for every trained model.
 
-Resumable: every finished run is appended to ``pairs_quality_runs.jsonl`` and skipped on restart;
-the summary ``pairs_quality.json`` (+ ``pairs_quality.png``) is rebuilt from that log after every
-run, so partial results are always valid. Methods run in the order of ``METHODS``.
+Resumable (``contrastive_bert.benchmarking.RunLog``): every finished run is appended to
+``pairs_quality_runs.jsonl`` and skipped on restart; the summary ``pairs_quality.json``
+(+ ``pairs_quality.png``) is rebuilt from that log after every run, so partial results are always
+valid. Methods run in the order of ``METHODS`` (or of ``--only``); every loss is built through the
+loss registry. ``--plan`` lists the runs still to do.
 
     OMP_NUM_THREADS=1 nohup .venv/bin/python eval/bench_pairs_quality.py --threads 1 > pairs.log 2>&1 &
-    .venv/bin/python eval/bench_pairs_quality.py --settings sts --seeds 0 1 2 --device cuda
+    .venv/bin/python eval/bench_pairs_quality.py --settings sts --only angle,gist --device cuda --max-minutes 8
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
-from contrastive_bert.benchmarking import environment, mean_std
+from contrastive_bert.benchmarking import (
+    RunLog,
+    add_common_arguments,
+    cap_rows,
+    json_safe,
+    mean_std,
+    selected,
+    setup_from_args,
+    write_results,
+)
 from contrastive_bert.data import labelled_negative_triplets, load_dataset, resolve_data_dir
 from contrastive_bert.evaluation.tasks import evaluate_split
 from contrastive_bert.models import load_model
 from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
+from contrastive_bert.training.losses_registry import build_loss
 from contrastive_bert.training.train_data import build_train_dataset
 
 logger = logging.getLogger("bench_pairs_quality")
@@ -53,39 +64,16 @@ ZERO_SHOT_TEMPLATE = "This text is about {}."
 
 @dataclass(frozen=True)
 class Method:
-    """One row of the table: a loss (registry name, or a builder for sentence-transformers losses
-    the registry does not list), its training-data format, and the configurations tuned on dev."""
+    """One row of the table: a loss (its loss-registry name), its training-data format, and the
+    configurations tuned on dev."""
 
     loss: str
     baseline: bool
     configs: tuple[dict[str, Any], ...]  # each: loss options plus optional "learning_rate"
-    data_format: str | None = None  # None: the registry entry's; "triplets": offline-mined (a, p, n)
+    data_format: str | None = None  # None: the registry entry's; "triplets": offline-mined (a, p, n); "qa_triplets"
     batch_size: int = BATCH_SIZE
-    build: Callable[..., torch.nn.Module] | None = None
     settings: tuple[str, ...] = ("sts", "answer_selection")
     note: str = ""
-
-
-def _angle(model, train_dataset, options):
-    from sentence_transformers.sentence_transformer.losses import AnglELoss
-
-    return AnglELoss(model, **options)
-
-
-def _gist(model, train_dataset, options):
-    from sentence_transformers.sentence_transformer.losses import GISTEmbedLoss
-
-    guide = load_model("default", device=str(model.device))
-    guide.max_seq_length = MAX_SEQ_LENGTH
-    for parameter in guide.parameters():
-        parameter.requires_grad_(False)
-    return GISTEmbedLoss(model, guide, **options)
-
-
-def _mnrl(model, train_dataset, options):
-    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
-
-    return MultipleNegativesRankingLoss(model, **options)
 
 
 # Answer selection has 93 distinct questions: no batch of 256 pairs without a repeated anchor exists,
@@ -115,20 +103,20 @@ METHODS: dict[str, Method] = {
         {"temperature": 0.05, "num_hard_negatives": 8, "hard_negative_share": 0.15, "learning_rate": LR[1]},
         {"temperature": 0.02, "num_hard_negatives": 8, "hard_negative_share": 0.15, "learning_rate": LR[0]})),
     "angle": Method("angle", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
-                                    {"scale": 50.0, "learning_rate": LR[0]}), data_format="scored_pairs", build=_angle,
+                                    {"scale": 50.0, "learning_rate": LR[0]}),
                     settings=("sts",)),
     "queue": Method("queue_infonce", False, (
         {"temperature": 0.05, "learning_rate": LR[0]}, {"temperature": 0.05, "learning_rate": LR[1]},
         {"temperature": 0.02, "learning_rate": LR[0]})),
     "gist": Method("gist", True, ({"temperature": 0.01, "learning_rate": LR[0]}, {"temperature": 0.01, "learning_rate": LR[1]},
-                                  {"temperature": 0.05, "learning_rate": LR[0]}), data_format="pairs", build=_gist,
+                                  {"temperature": 0.05, "learning_rate": LR[0]}), data_format="pairs",
                    note="guide: the frozen bundled model"),
     "mnrl_hardness": Method("mnrl", True, (
         {"hardness_mode": "in_batch_negatives", "hardness_strength": 1.0, "learning_rate": LR[0]},
         {"hardness_mode": "in_batch_negatives", "hardness_strength": 1.0, "learning_rate": LR[1]},
         {"hardness_mode": "in_batch_negatives", "hardness_strength": 5.0, "learning_rate": LR[0]})),
     "mnrl_mined": Method("mnrl", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
-                                        {"scale": 50.0, "learning_rate": LR[0]}), data_format="triplets", build=_mnrl,
+                                        {"scale": 50.0, "learning_rate": LR[0]}), data_format="triplets",
                          note="triplets mined offline by the untrained model (ST mine_hard_negatives, relative margin 0.05)"),
     "cached_mnrl": Method("cached_mnrl", True, (
         {"mini_batch_size": 32, "learning_rate": LR[1]}, {"mini_batch_size": 32, "learning_rate": 1e-4},
@@ -146,7 +134,7 @@ METHODS: dict[str, Method] = {
         note="queue as large as the training set (4,096 >= its positives): every past positive is a negative, "
              "instead of the seed rule's 4 N / batch rows (43 for answer selection, 476 for sts)"),
     "mnrl_qa_negatives": Method("mnrl", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
-                                               {"scale": 50.0, "learning_rate": LR[0]}), data_format="qa_triplets", build=_mnrl,
+                                               {"scale": 50.0, "learning_rate": LR[0]}), data_format="qa_triplets",
                                 settings=("answer_selection",),
                                 note="(question, answer, a labelled wrong candidate of the same question) triplets"),
     "queue_qa_negatives": Method("queue_infonce", False, (
@@ -164,22 +152,6 @@ SETTINGS = {
 
 def run_key(setting: str, method: str, config: int, seed: int) -> str:
     return f"{setting}/{method}/{config}/{seed}"
-
-
-def read_runs(path: Path) -> dict[str, dict]:
-    runs: dict[str, dict] = {}
-    if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                run = json.loads(line)
-                runs[run["key"]] = run
-    return runs
-
-
-def append_run(path: Path, run: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(run, allow_nan=False) + "\n")
 
 
 def _mined_triplets(pairs, device: str | None):
@@ -214,17 +186,18 @@ def train_rows(setting: str, method: Method, data_dir: str, seed: int, device: s
     return cache[key].shuffle(seed=seed)
 
 
-def zero_shot_banking77(model, data_dir: str) -> float:
+def zero_shot_banking77(model, data_dir: str, eval_rows: int | None = None) -> float:
     from contrastive_bert.inference import ZeroShotClassifier
 
     test = load_dataset("banking77", split="test", data_dir=data_dir)
     names = test.features["label"].names
+    test = cap_rows(test.shuffle(seed=0), eval_rows) if eval_rows else test
     classifier = ZeroShotClassifier(model, [n.replace("_", " ") for n in names], template=ZERO_SHOT_TEMPLATE, batch_size=128)
     predicted = classifier.similarities(test["text"]).argmax(axis=1)
     return float((predicted == torch.tensor(test["label"]).numpy()).mean() * 100)
 
 
-def score(model, setting: str, data_dir: str, splits) -> dict[str, Any]:
+def score(model, setting: str, data_dir: str, splits, eval_rows: int | None = None) -> dict[str, Any]:
     spec = SETTINGS[setting]
     dev = evaluate_split(model, spec["task"], splits, split="validation")
     test = evaluate_split(model, spec["task"], splits, split="test")
@@ -232,7 +205,7 @@ def score(model, setting: str, data_dir: str, splits) -> dict[str, Any]:
         "dev": dev[spec["metric"]],
         "test": test[spec["metric"]],
         "test_extra": {m: test[m] for m in spec["extra_metrics"] if m in test},
-        "zero_shot_banking77": zero_shot_banking77(model, data_dir),
+        "zero_shot_banking77": zero_shot_banking77(model, data_dir, eval_rows),
     }
 
 
@@ -242,35 +215,31 @@ def run_one(setting: str, name: str, config_index: int, seed: int, args, cache: 
     learning_rate = config.pop("learning_rate", LR[0])
     rows = train_rows(setting, method, args.data_dir, seed, args.device, cache)
     recipe = TrainingRecipe(
-        datasets=SETTINGS[setting]["datasets"], loss=method.loss if method.build is None else "mnrl",
-        loss_options=dict(config), epochs=EPOCHS, max_steps=args.max_steps, batch_size=method.batch_size, learning_rate=learning_rate,
+        datasets=SETTINGS[setting]["datasets"], loss=method.loss,
+        loss_options=dict(config), epochs=EPOCHS, max_steps=args.max_steps or -1, batch_size=method.batch_size, learning_rate=learning_rate,
         max_seq_length=MAX_SEQ_LENGTH, seed=seed, save_steps=10**6, eval_steps=10**6, logging_steps=25,
         data_dir=args.data_dir, dev_task=None, eval_tasks=[],
     )
     torch.manual_seed(seed)
     model = load_model("default", device=args.device)
     model.max_seq_length = MAX_SEQ_LENGTH
-    if method.build is not None:
-        loss = method.build(model, rows, config)
-        batch_sampler = "no_duplicates" if (method.data_format or "pairs") in ("pairs", "triplets", "qa_triplets") else "batch_sampler"
-    else:
-        entry = get_loss_entry(method.loss)
-        loss = entry.build(model, rows, recipe)
-        batch_sampler = entry.batch_sampler
+    loss = build_loss(method.loss, model, rows, config, batch_size=method.batch_size)
+    batch_sampler = get_loss_entry(method.loss).batch_sampler
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as output_dir:
         trainer = fit(model, rows, loss, recipe, output_dir, batch_sampler=batch_sampler)
     seconds = time.perf_counter() - start
-    if trainer.state.global_step == 0:
+    if trainer.state.global_step == 0 and not args.dry_run:  # a dry run's tiny model may mine too few triplets
         raise RuntimeError(f"{setting}/{name}: no training step was taken (batch size {method.batch_size}, {len(rows)} rows)")
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     if losses and not all(math.isfinite(v) for v in losses):
         raise RuntimeError(f"{setting}/{name}: non-finite training loss")
     return {
-        "key": run_key(setting, name, config_index, seed), "setting": setting, "method": name,
+        "setting": setting, "method": name,
         "config": config_index, "seed": seed, "learning_rate": learning_rate, "options": config,
         "steps": trainer.state.global_step, "train_rows": len(rows), "train_seconds": seconds,
-        "last_loss": losses[-1] if losses else None, **score(model, setting, args.data_dir, splits),
+        "last_loss": losses[-1] if losses else None, **score(model, setting, args.data_dir, splits, args.eval_rows),
+        "dry_run": args.dry_run,
     }
 
 
@@ -336,35 +305,25 @@ def plot(summary: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_arguments(parser, output=RESULTS / "pairs_quality.json", run_log=RESULTS / "pairs_quality_runs.jsonl",
+                         seeds=[0, 1, 2], methods=list(METHODS))
     parser.add_argument("--settings", default="sts,answer_selection", help="comma-separated (default: both)")
-    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated, in run order")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--device", default=None, help="cpu or cuda (default: sentence-transformers' choice)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--data-dir", default=None, help="data folder (default: $CONTRASTIVE_BERT_DATA)")
-    parser.add_argument("--results-dir", default=str(RESULTS))
-    parser.add_argument("--dry-run", action="store_true", help="list the runs still to do and stop")
-    parser.add_argument("--summary-only", action="store_true", help="rebuild pairs_quality.json (+ .png) from the run log and stop")
-    parser.add_argument("--max-steps", type=int, default=-1, help="smoke tests only: cut every run (use another --results-dir)")
+    parser.add_argument("--plan", action="store_true", help="list the runs still to do and stop")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    budget = setup_from_args(args)
     settings = [s for s in args.settings.split(",") if s]
-    methods = [m for m in args.methods.split(",") if m]
-    for value, known, what in ((settings, SETTINGS, "settings"), (methods, METHODS, "methods")):
-        unknown = [v for v in value if v not in known]
-        if unknown:
-            raise SystemExit(f"--{what}: unknown {unknown}; known: {', '.join(known)}")
+    methods = selected(args, list(METHODS))
+    unknown = [s for s in settings if s not in SETTINGS]
+    if unknown:
+        raise SystemExit(f"--settings: unknown {unknown}; known: {', '.join(SETTINGS)}")
     if 0 not in args.seeds:
         raise SystemExit("--seeds: must include 0 (the tuning seed)")
     args.data_dir = str(resolve_data_dir(args.data_dir) or "")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    results = Path(args.results_dir)
-    log_path, summary_path = results / "pairs_quality_runs.jsonl", results / "pairs_quality.json"
-    runs = read_runs(log_path)
+    log_path, summary_path = Path(args.run_log), Path(args.output)
+    log = RunLog(log_path)
 
     def write_summary(untrained: dict) -> None:
-        runs.update({k: v for k, v in read_runs(log_path).items() if k not in runs})  # runs of a parallel process
+        runs = {r["key"]: r for r in RunLog(log_path).records()}  # also the runs of a parallel process
         for setting in SETTINGS:
             key = run_key(setting, "untrained", 0, 0)
             if key in runs and setting not in untrained:
@@ -375,8 +334,8 @@ def main(argv: list[str] | None = None) -> int:
                                 "selection": "config with the best dev score at seed 0; then seeds 0, 1, 2",
                                 "test_metric": {s: SETTINGS[s]["metric"] for s in SETTINGS},
                                 "zero_shot": f"Banking77 test, all 77 names, template {ZERO_SHOT_TEMPLATE!r}"},
-                   **summary, "environment": environment()}
-        summary_path.write_text(json.dumps(payload, indent=2, allow_nan=False))
+                   **summary}
+        write_results(summary_path, payload, device=args.device)
         plot(summary, summary_path.with_suffix(".png"))
 
     untrained: dict[str, dict] = {}
@@ -386,17 +345,14 @@ def main(argv: list[str] | None = None) -> int:
     splits_by_setting = {}
     for setting in settings:
         task = SETTINGS[setting]["task"]
-        splits_by_setting[setting] = load_dataset(task, data_dir=args.data_dir)
+        splits_by_setting[setting] = cap_rows(load_dataset(task, data_dir=args.data_dir), args.eval_rows)
         key = run_key(setting, "untrained", 0, 0)
-        if key not in runs and not args.dry_run:
+        if not log.done(key) and not args.plan and budget.allows(setting):
             model = load_model("default", device=args.device)
             model.max_seq_length = MAX_SEQ_LENGTH
-            run = {"key": key, "setting": setting, "method": "untrained", "config": 0, "seed": 0,
-                   **score(model, setting, args.data_dir, splits_by_setting[setting])}
-            append_run(log_path, run)
-            runs[key] = run
-        if key in runs:
-            untrained[setting] = {k: runs[key][k] for k in ("dev", "test", "test_extra", "zero_shot_banking77")}
+            log.append(key, {"setting": setting, "method": "untrained", "config": 0, "seed": 0,
+                             **score(model, setting, args.data_dir, splits_by_setting[setting], args.eval_rows),
+                             "dry_run": args.dry_run})
 
     cache: dict = {}
     for name in methods:  # method-major: a method's rows in both settings before the next method
@@ -407,25 +363,27 @@ def main(argv: list[str] | None = None) -> int:
             todo = [(c, 0) for c in range(len(method.configs))]
             for config, seed in todo + [(None, s) for s in args.seeds if s != 0]:
                 if config is None:  # the extra seeds run the configuration chosen on dev
-                    tuning = {c: runs[run_key(setting, name, c, 0)]["dev"] for c in range(len(method.configs))
-                              if run_key(setting, name, c, 0) in runs}
-                    if len(tuning) < len(method.configs) and not args.dry_run:
+                    tuning = {c: log.get(run_key(setting, name, c, 0))["dev"] for c in range(len(method.configs))
+                              if log.done(run_key(setting, name, c, 0))}
+                    if len(tuning) < len(method.configs) and not args.plan:
                         break
                     config = max(tuning, key=tuning.get) if tuning else "?"
                 key = run_key(setting, name, config, seed)
-                if key in runs:
+                if log.done(key):
                     continue
-                if args.dry_run:
+                if args.plan:
                     print("todo", key)
                     continue
+                if not budget.allows(setting):
+                    break
                 logger.info("run %s", key)
-                run = run_one(setting, name, config, seed, args, cache, splits_by_setting[setting])
+                with budget.timed(setting):
+                    run = run_one(setting, name, config, seed, args, cache, splits_by_setting[setting])
                 logger.info("done %s: dev %.2f test %.2f zero-shot %.2f (%d steps, %.0f s)", key, run["dev"], run["test"],
                             run["zero_shot_banking77"], run["steps"], run["train_seconds"])
-                append_run(log_path, run)
-                runs[key] = run
+                log.append(key, json_safe(run))
                 write_summary(untrained)
-    if not args.dry_run:
+    if not args.plan:
         write_summary(untrained)
     return 0
 

@@ -13,6 +13,7 @@ from contrastive_bert.benchmarking.arguments import (
     DRY_RUN_ROWS,
     DRY_RUN_STEPS,
     add_common_arguments,
+    cap_rows,
     resolve_device,
     selected,
     setup_from_args,
@@ -23,7 +24,7 @@ from contrastive_bert.benchmarking.results import environment, json_safe, mean_s
 from contrastive_bert.benchmarking.run_log import RunLog, run_key
 
 __all__ = [
-    "DRY_RUN_ROWS", "DRY_RUN_STEPS", "Budget", "RunLog", "add_common_arguments", "environment", "json_safe",
+    "DRY_RUN_ROWS", "DRY_RUN_STEPS", "Budget", "RunLog", "add_common_arguments", "cap_rows", "environment", "json_safe",
     "mean_std", "merge", "merge_run_log", "resolve_device", "run_key", "selected", "setup_from_args",
     "write_json", "write_results",
 ]

@@ -2,7 +2,7 @@
 
 ``add_common_arguments(parser, output=..., run_log=...)`` adds ``--device``, ``--threads``,
 ``--data-dir``, ``--seeds``, ``--only``/``--methods``, ``--output``, ``--max-minutes``,
-``--dry-run``, ``-v``/``-q`` and, for a resumable benchmark, ``--run-log`` and ``--summary-only``;
+``--dry-run`` (with ``--max-steps`` / ``--eval-rows``), ``-v``/``-q`` and, for a resumable benchmark, ``--run-log`` and ``--summary-only``;
 ``setup_from_args(args)`` then sets logging (the package's one setup), torch threads, the device
 and the global seeds, and returns the wall-clock :class:`Budget`. Nothing here imports torch at
 import time, so ``--help`` is fast.
@@ -79,7 +79,9 @@ def add_common_arguments(
                         help="wall-clock limit: no run is started that is not expected to finish within it")
     parser.add_argument("--dry-run", action="store_true",
                         help=f"smoke test: {DRY_RUN_STEPS} training steps per run and at most {DRY_RUN_ROWS} rows per "
-                             "evaluation split (numbers meaningless; recorded in every run)")
+                             "evaluation split (numbers meaningless; recorded in every run, never merged)")
+    parser.add_argument("--max-steps", type=int, default=None, help="cap every run's optimizer steps (smoke tests only; recorded)")
+    parser.add_argument("--eval-rows", type=int, default=None, help="cap the rows of every evaluation split (smoke tests only; recorded)")
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, default=0, help="log debug messages too")
     verbosity.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0, help="log errors only")
@@ -100,8 +102,8 @@ def resolve_device(name: str) -> str:
 
 def setup_from_args(args: argparse.Namespace) -> Budget:
     """Logging, torch threads, the device (``args.device`` resolved), ``--only`` checked against
-    the known methods, the global seeds (random, numpy, torch: the first of ``args.seeds``, else 0);
-    returns the wall-clock budget (also set as ``args.budget``)."""
+    the known methods, the global seeds (random, numpy, torch: the first of ``args.seeds``, else 0),
+    ``--dry-run`` as ``max_steps``/``eval_rows`` caps; returns the wall-clock budget (also set as ``args.budget``)."""
     configure_logging(getattr(args, "verbosity", 0))
     import numpy as np
     import torch
@@ -125,6 +127,13 @@ def setup_from_args(args: argparse.Namespace) -> Budget:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+    if args.dry_run:
+        args.max_steps = min(args.max_steps or DRY_RUN_STEPS, DRY_RUN_STEPS)
+        args.eval_rows = min(args.eval_rows or DRY_RUN_ROWS, DRY_RUN_ROWS)
+    for flag in ("max_steps", "eval_rows"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise ValueError(f"--{flag.replace('_', '-')}: expected a positive number, got {value}")
     args.budget = Budget(args.max_minutes)
     return args.budget
 
@@ -134,3 +143,15 @@ def selected(args: argparse.Namespace, names: Sequence[str]) -> list[str]:
     if args.only is None:
         return list(names)
     return [name for name in args.only if name in names]
+
+
+def cap_rows(data, rows: int | None, splits: Sequence[str] = ("validation", "test")):
+    """``data`` with at most ``rows`` rows (the first ones; None: unchanged): a ``Dataset``, or the
+    named ``splits`` of a ``DatasetDict`` (the others as they are) — what ``--eval-rows`` caps."""
+    if rows is None:
+        return data
+    if hasattr(data, "select") and not hasattr(data, "keys"):
+        return data.select(range(min(rows, len(data))))
+    import datasets
+
+    return datasets.DatasetDict({name: cap_rows(split, rows) if name in splits else split for name, split in data.items()})
