@@ -4,9 +4,9 @@ Each training query is searched against the whole corpus with the current model.
 judged relevant to that query, in *any* split, is excluded (a judged positive is never a
 negative), and NV-Retriever's positive-aware filter (TopK-PercPos) drops candidates scoring above
 ``perc_pos`` times the positive's own score: such near-positives are the likely unjudged
-relevant documents (false negatives) that make mined negatives hurt. What survives among the
-``range_max`` most similar documents is taken hardest first (``sampling="top"``) or drawn at
-random (``"random"``).
+relevant documents (false negatives) that make mined negatives hurt. Of the ``range_max`` most
+similar documents that are not judged relevant, the survivors of that filter are taken hardest
+first (``sampling="top"``) or drawn at random (``"random"``).
 
 Differences from :func:`sentence_transformers.util.mine_hard_negatives`: it excludes only the
 positives present in the pairs it is given; here the qrels of every split are used, so a query's
@@ -89,15 +89,15 @@ def mine_corpus_negatives(
     for query, positive, _ in pairs:
         r = row_of[query]
         positive_score = float(query_embeddings[r] @ corpus_embeddings[doc_index[positive]])
-        candidates = []
+        candidates, considered = [], 0
         for score, index in zip(scores[r].tolist(), indices[r].tolist()):
             if index < 0 or doc_ids[index] in excluded[query]:
                 continue
-            if perc_pos is not None and score > perc_pos * positive_score:
-                continue
-            candidates.append(index)
-            if len(candidates) == range_max:
+            considered += 1
+            if considered > range_max:
                 break
+            if perc_pos is None or score <= perc_pos * positive_score:
+                candidates.append(index)
         if len(candidates) < num_negatives:
             dropped += 1
             continue
