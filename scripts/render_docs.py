@@ -130,14 +130,15 @@ def pairs_table(results: Results, setting: str) -> str:
     """One setting of pairs_quality.json: dev-chosen configuration, dev, test mean ± std (seeds), general ability."""
     data = results["pairs_quality"][setting]
     untrained = data["untrained"]
-    rows = [["untrained", "", fmt(untrained["dev"]), fmt(untrained["test"]), fmt(untrained.get("zero_shot_banking77"))]]
+    general = list(dict.fromkeys(k for run in [untrained, *data["methods"].values()] for k in _general_keys(run)))
+    rows = [["untrained", "", fmt(untrained["dev"]), fmt(untrained["test"])] + [fmt(_general(untrained, k)) for k in general]]
     for name, run in data["methods"].items():
         chosen = run["chosen_on_dev"]
         configs = f"({chosen['configs_tried']}/{chosen['configs_planned']})"
         rows.append([PAIR_LABELS.get(name, f"`{name}`"), f"{options_text(run['options'])} {configs}", fmt(run["dev"]),
-                     fmt(run["test"], seeds=True), fmt(run.get("zero_shot_banking77"))])
-    return table(["method", "chosen on dev (configs run/planned)", "dev", "test: mean ± std (seeds)",
-                  "zero-shot Banking77"], rows)
+                     fmt(run["test"], seeds=True)] + [fmt(_general(run, k)) for k in general])
+    return table(["method", "chosen on dev (configs run/planned)", "dev", "test: mean ± std (seeds)"]
+                 + [GENERAL_LABELS.get(k, k) for k in general], rows)
 
 
 def table_pairs_answer_selection(results: Results) -> str:
@@ -160,7 +161,7 @@ def table_retrieval(results: Results) -> str:
         if not isinstance(methods, Mapping) or setting in ("protocol", "environment"):
             continue
         methods = methods.get("methods", methods)
-        extra = sorted({k for run in methods.values() if isinstance(run, Mapping) for k in _general_keys(run)})
+        extra = list(dict.fromkeys(k for run in methods.values() if isinstance(run, Mapping) for k in _general_keys(run)))
         rows = []
         for name, run in methods.items():
             if not isinstance(run, Mapping):
@@ -170,7 +171,7 @@ def table_retrieval(results: Results) -> str:
                     for split, metric, _ in columns]
             row += [fmt(_general(run, key)) for key in extra]
             rows.append(row)
-        header = ["method"] + [label for _, _, label in columns] + extra
+        header = ["method"] + [label for _, _, label in columns] + [GENERAL_LABELS.get(k, k) for k in extra]
         blocks.append(f"*{setting}*\n\n" + table(header, rows))
     return "\n\n".join(blocks)
 
@@ -182,6 +183,10 @@ def _metric(run: Mapping, split: str, metric: str) -> object:
     if metric == "ndcg_at_10" and (is_stat(value) or isinstance(value, (int, float))):
         return value
     return run.get(f"{split}_{metric}")
+
+
+GENERAL_LABELS = {"zero_shot_banking77": "zero-shot Banking77", "zero_shot_emotion": "zero-shot emotion",
+                  "zero_shot_sst2": "zero-shot SST-2", "stsb": "STS-B test"}
 
 
 def _general_keys(run: Mapping) -> list[str]:
@@ -273,10 +278,15 @@ def table_exits(results: Results) -> str:
     return table(header, [["test accuracy"] + [fmt(row["accuracy"]) for row in batch["truncated"]] + [fmt(batch["full"]["accuracy"])]])
 
 
+def _threshold(value: object) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) else ("" if value is None else str(value))
+
+
 def _speed_row(label: str, row: Mapping, full: Mapping) -> list[str]:
-    speedup = row["cpu_throughput"] / full["cpu_throughput"]
-    return [label, fmt(row["accuracy"]), fmt(row["avg_layers"]), f"{row['cpu_throughput']:.0f}", f"{speedup:.2f}x",
-            f"{row['throughput']:.0f}"]
+    cpu, full_cpu = row.get("cpu_throughput"), full.get("cpu_throughput")
+    speedup = f"{cpu / full_cpu:.2f}x" if cpu and full_cpu else ""
+    return [label, fmt(row.get("accuracy")), fmt(row.get("avg_layers")), fmt(cpu, ".0f"), speedup,
+            fmt(row.get("throughput"), ".0f")]
 
 
 def table_early_exit(results: Results) -> str:
@@ -284,12 +294,14 @@ def table_early_exit(results: Results) -> str:
     blocks = []
     header = ["", "accuracy", "avg. layers", "sentences / CPU-s", "speed-up (CPU)", "sentences / s (wall)"]
     for batch_size, batch in results["early_exit"]["batch_sizes"].items():
+        if not isinstance(batch, Mapping) or "full" not in batch:
+            continue
         full = batch["full"]
         rows = [_speed_row("full model", full, full)]
         for row in batch.get("sweep", []):
-            rows.append(_speed_row(f"early exit, {row['criterion']} {row['threshold']:g}", row, full))
+            rows.append(_speed_row(f"early exit, {row['criterion']} {_threshold(row['threshold'])}", row, full))
         for row in batch.get("sweep_per_batch", []):
-            rows.append(_speed_row(f"no regrouping, {row['criterion']} {row['threshold']:g}", row, full))
+            rows.append(_speed_row(f"no regrouping, {row['criterion']} {_threshold(row['threshold'])}", row, full))
         for row in batch.get("truncated", []):
             rows.append(_speed_row(f"truncated to {row['depth']} layers", row, full))
         blocks.append(f"*Batch {batch_size}:*\n\n" + table(header, rows))
@@ -303,8 +315,7 @@ def table_early_exit_summary(results: Results) -> str:
         for batch_size, row in by_batch.items():
             if not isinstance(row, Mapping):
                 continue
-            threshold = row.get("threshold")
-            rows.append([f"`{name}`", batch_size, f"{row.get('criterion', '')} {'' if threshold is None else f'{threshold:g}'}".strip(),
+            rows.append([f"`{name}`", batch_size, f"{row.get('criterion', '')} {_threshold(row.get('threshold'))}".strip(),
                          fmt(row.get("accuracy")), fmt(row.get("accuracy_loss")), fmt(row.get("cpu_speedup")),
                          fmt(row.get("speedup"))])
     return table(["summary entry", "batch", "criterion", "accuracy", "points lost", "speed-up (CPU clock)",

@@ -95,7 +95,7 @@ def test_retrieval_table_is_rendered_from_the_file_shape(tmp_path):
         "environment": {"torch": "2.13"}}})
     assert render_docs.table_retrieval(results) == "\n".join([
         "*scifact*", "",
-        "| method | dev nDCG@10 | test nDCG@10 | test MAP@100 | test recall@100 | stsb | zero_shot_banking77 |",
+        "| method | dev nDCG@10 | test nDCG@10 | test MAP@100 | test recall@100 | STS-B test | zero-shot Banking77 |",
         "|---|---|---|---|---|---|---|",
         "| MNRL (ST) | 70.00 ± 0.50 | 66.25 ± 0.75 (3) | 61.50 | 92.00 | 82.50 | 60.25 |"])
 
