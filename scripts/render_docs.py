@@ -531,6 +531,10 @@ USED_FOR = {
 }
 
 
+# The task types contrastive_bert/data/dev_split.py carves a validation split for, and how.
+DEV_SPLIT_BY = {"classification": "stratified by label", "retrieval": "by query, with all their judgements"}
+
+
 def _first_paragraph(doc: str | None) -> str:
     return " ".join(inspect.cleandoc(doc).split("\n\n")[0].split()).replace("``", "`") if doc else ""
 
@@ -555,9 +559,10 @@ def data_card(spec, module_doc: str | None) -> str:
         lines.append(f"- **Local files** (under the data root): {files}")
         if spec.read_file is not None and spec.read_file.__doc__:
             lines.append(f"- **File format**: {_first_paragraph(spec.read_file.__doc__)}")
-        if "validation" not in spec.files and "train" in spec.files and getattr(spec, "dev_share", 0):
-            lines.append(f"- **Validation split**: none in the source: {100 * spec.dev_share:g}% of train held out "
-                         f"(seed {getattr(spec, 'dev_seed', 0)}, `contrastive_bert/data/dev_split.py`)")
+        how = DEV_SPLIT_BY.get(spec.task_type)
+        if how and "validation" not in spec.files and "train" in spec.files and getattr(spec, "dev_share", 0):
+            lines.append(f"- **Validation split**: none in the source: {100 * spec.dev_share:g}% of train held out {how} "
+                         f"(seed {getattr(spec, 'dev_seed', 0)}; `contrastive_bert/data/dev_split.py`), and train loses those rows")
     if spec.hub_id:
         config = f", config `{spec.hub_config}`" if spec.hub_config else ""
         revision = f"revision `{spec.hub_revision}`" if spec.hub_revision else "revision not pinned (the hub's default branch)"
