@@ -4,8 +4,9 @@ and logistic regression on frozen embeddings, on Banking77, emotion and SST-2 (f
 Protocol (all choices on validation only; test scored for every run but read only for the
 chosen configuration's seeds):
 - Base model: the bundled all-MiniLM-L6-v2 with a label-embedding head (cosine logits x 20).
-- Validation: emotion and SST-2 their own; Banking77 has none, so 10% of train (seed 0) is held
-  out and every Banking77 model trains on the other 90%.
+- Validation: emotion and SST-2 their own; Banking77 has none, so the package's dev-split rule
+  (``load_dataset``: a stratified 10% of train, seed 0) holds one out and every Banking77 model
+  trains on the other 90%. (Runs logged before that rule used an unstratified 10%, seed 0.)
 - Tuning: CE picks the encoder learning rate; CE + SupCon and ACL-Embed pick (lambda, tau) at CE's
   rate; ACL-Embed + ACL-Grad reuses ACL-Embed's choice (the gate is its only difference). One seed
   per configuration (seed 0); the chosen configuration's seed-0 run is also its first final seed.
@@ -18,14 +19,16 @@ chosen configuration's seeds):
 - A short timing block (``cost``) measures the seconds per step of CE, ACL-Embed, the ACL-Grad
   variants and the encoded label head, interleaved step by step on the same batches.
 
-Resumable: every finished run is one line of the run log (``acl_quality_runs.jsonl``) and is
-skipped on restart; ``acl_quality.json`` (``{data set: {regime: {method: {...}}}}``) and
+Resumable (``contrastive_bert.benchmarking.RunLog``): every finished run is one line of the run
+log (``acl_quality_runs.jsonl``) and is skipped on restart; ``acl_quality.json`` (``{data set: {regime: {method: {...}}}}``) and
 ``acl_quality_protocol.json`` (the protocol, the shrunk training samples, ACL-Grad's cost, the
 environment) are rebuilt from the log after every run and are valid with partial results. Run in the background:
 
     OMP_NUM_THREADS=1 nohup .venv/bin/python eval/bench_acl.py > /tmp/bench_acl.log 2>&1 &
 
-``--plan`` prints the remaining runs in order without training.
+``--plan`` prints the remaining runs in order without training; ``--only banking77:full,cost:cost``
+picks blocks (``dataset:regime``, in that order); ``--max-minutes`` stops before a run that would
+not finish.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ import argparse
 import json
 import logging
 import math
-import os
 import statistics
 import tempfile
 import time
@@ -43,9 +45,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import TrainerCallback
 
-from contrastive_bert.benchmarking import environment, mean_std
+from contrastive_bert.benchmarking import (
+    RunLog,
+    add_common_arguments,
+    environment,
+    json_safe,
+    mean_std,
+    run_key as stable_key,
+    setup_from_args,
+    write_json,
+)
 
 logger = logging.getLogger("bench_acl")
 
@@ -82,17 +92,11 @@ COST_ROUNDS, COST_WARMUP, COST_CLASSES_PER_BATCH = 30, 2, 16
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--device", default="cpu", help="torch device for training and encoding (cpu, cuda, cuda:1)")
-    parser.add_argument("--data-dir", default=None, help="folder holding banking77/, emotion/, sst2/ (default: $CONTRASTIVE_BERT_DATA)")
-    parser.add_argument("--run-log", default=str(RESULTS / "acl_quality_runs.jsonl"))
-    parser.add_argument("--output", default=str(RESULTS / "acl_quality.json"))
-    parser.add_argument("--blocks", default=",".join(f"{d}:{r}" for d, r in BLOCKS), help="dataset:regime blocks in order (and cost:cost)")
+    add_common_arguments(parser, output=RESULTS / "acl_quality.json", run_log=RESULTS / "acl_quality_runs.jsonl",
+                         methods=[f"{d}:{r}" for d, r in BLOCKS] + [f"{d}:{r}" for d in DATASETS for r in REGIMES
+                                                                   if (d, r) not in BLOCKS])
     parser.add_argument("--max-runs", type=int, default=None, help="stop after this many new runs")
-    parser.add_argument("--max-steps", type=int, default=None, help="cap every run's steps (smoke tests only; recorded)")
     parser.add_argument("--plan", action="store_true", help="print the next runs and exit")
-    parser.add_argument("--summary-only", action="store_true", help="rebuild the summary JSON and figure from the run log")
-    parser.add_argument("--eval-rows", type=int, default=None, help="cap dev/test rows (smoke tests only; recorded)")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: $OMP_NUM_THREADS or 1)")
     return parser.parse_args(argv)
 
 
@@ -104,16 +108,13 @@ def _subsample(split, n: int | None, seed: int = 0):
 
 
 def load_splits(name: str, data_dir: str | None, eval_rows: int | None = None) -> dict:
-    """train / dev / test (``text``, ``label``) and the label names of one data set, per the protocol."""
+    """train / dev / test (``text``, ``label``) and the label names of one data set, per the protocol
+    (dev: the data set's ``validation`` split, carved from train by the package's rule if it has none)."""
     from contrastive_bert.data import load_dataset
 
     data = load_dataset(name, data_dir=data_dir)
     names = list(data["train"].features["label"].names)
-    if "validation" in data:
-        train, dev = data["train"], data["validation"]
-    else:
-        held = data["train"].train_test_split(test_size=0.1, seed=0)
-        train, dev = held["train"], held["test"]
+    train, dev = data["train"], data["validation"]
     train = _subsample(train, TRAIN_SAMPLES[name])
     cols = ["text", "label"]
     dev, test = _subsample(dev, eval_rows), _subsample(data["test"], eval_rows)
@@ -138,28 +139,7 @@ def train_rows(splits: dict, regime: str, seed: int):
 
 def run_key(spec: dict) -> str:
     fields = ("dataset", "regime", "method", "learning_rate", "contrastive_weight", "temperature", "seed", "variant", "round")
-    return json.dumps({k: spec.get(k) for k in fields}, sort_keys=True)
-
-
-def read_log(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    runs = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            try:
-                runs.append(json.loads(line))
-            except json.JSONDecodeError:  # a line cut by a kill: that run is redone
-                logger.warning("run log: skipping an unreadable line")
-    return runs
-
-
-def append_log(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        handle.write(json.dumps(record, allow_nan=False) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+    return stable_key({k: spec.get(k) for k in fields})
 
 
 def _scores(gold: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
@@ -210,15 +190,16 @@ def cost_run(spec: dict, splits: dict, args) -> dict:
 
     from sentence_transformers.util import batch_to_device
 
-    from contrastive_bert.losses.acl_embed import ACLEmbedLoss
     from contrastive_bert.models import load_model
+    from contrastive_bert.training.losses_registry import build_loss
 
     base = load_model("default", device=args.device)
     base.max_seq_length = MAX_SEQ_LENGTH["banking77"]
     setups = {}
     for variant, options in COST_VARIANTS.items():
         model = copy.deepcopy(base).train()
-        loss = ACLEmbedLoss(model, splits["names"], contrastive_weight=0.5, temperature=0.1, angle_threshold=ANGLE_THRESHOLD, **options)
+        loss = build_loss("acl", model, splits["train"], {"contrastive_weight": 0.5, "temperature": 0.1,
+                                                          "angle_threshold": ANGLE_THRESHOLD, **options}, batch_size=BATCH_SIZE)
         setups[variant] = (model, loss, torch.optim.AdamW(model.parameters(), lr=1e-4))
     labels_all = np.asarray(splits["train"]["label"])
     rng = np.random.default_rng(0)
@@ -254,26 +235,13 @@ def cost_run(spec: dict, splits: dict, args) -> dict:
     }
 
 
-class StepTimer(TrainerCallback):
-    """Wall-clock seconds of every optimizer step (the median is robust to a loaded machine and to audit steps)."""
-
-    def __init__(self) -> None:
-        self.durations: list[float] = []
-        self._start = 0.0
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.durations.append(time.perf_counter() - self._start)
-
-
 def train_run(spec: dict, splits: dict, args) -> dict:
     """Train one model and score it on dev and test; returns the run-log record."""
     from contrastive_bert.heads.label_embedding import find_label_head
     from contrastive_bert.models import load_model
     from contrastive_bert.training.acl import train_label_classifier
     from contrastive_bert.training.recipe import TrainingRecipe
+    from contrastive_bert.training.step_timer import StepTimer
 
     train = train_rows(splits, spec["regime"], spec["seed"])
     steps_per_epoch = max(1, len(train) // BATCH_SIZE)
@@ -434,7 +402,9 @@ def build_summary(log: list[dict], args) -> tuple[dict, dict]:
         "acl_grad_cost": _cost_summary(cost),
         "protocol": {
             "model": "default (all-MiniLM-L6-v2) + label-embedding head (cosine logits x 20)",
-            "validation": "emotion/SST-2: their validation split; Banking77: 10% of train held out (seed 0), models train on the other 90%",
+            "validation": ("emotion/SST-2: their validation split; Banking77: 10% of train held out (seed 0), models train on the "
+                           "other 90%: unstratified for the runs logged before issue 19, the package's stratified dev-split "
+                           "rule (load_dataset) since"),
             "train_samples": {k: v if v is not None else "all" for k, v in TRAIN_SAMPLES.items()},
             "train_samples_note": "emotion and SST-2 train on a fixed 3,000-row sample of train (seed 0) to fit ~8 h of 2 CPU cores; epochs are not shrunk",
             "epochs": {"full": EPOCHS_FULL, "10-shot": f"max(3, ceil({MIN_STEPS_FEW_SHOT} / steps per epoch))"},
@@ -448,7 +418,7 @@ def build_summary(log: list[dict], args) -> tuple[dict, dict]:
             "setfit": "not run: over the 8 h budget",
             "max_steps_cap": args.max_steps, "eval_rows_cap": args.eval_rows,
         },
-        "environment": environment(),
+        "environment": environment(args.device),
     }
 
 
@@ -518,29 +488,23 @@ def plot_angles(log: list[dict], path: Path) -> None:
 
 def write_summary(log: list[dict], args) -> None:
     output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
     summary, protocol = build_summary(log, args)
-    output.write_text(json.dumps(summary, indent=1, allow_nan=False))
-    output.with_name(f"{output.stem}_protocol.json").write_text(json.dumps(protocol, indent=1, allow_nan=False))
+    write_json(output, summary, indent=1)  # {data set: ...} at the top: the environment is in the protocol file
+    write_json(output.with_name(f"{output.stem}_protocol.json"), protocol, indent=1)
     if any(r.get("exact_angles") for r in log):
         plot_angles(log, output.with_name("acl_grad_angle_hist.png"))
 
 
 def main(argv=None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parse_args(argv)
-    torch.set_num_threads(args.threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
-    blocks = [tuple(b.split(":")) for b in args.blocks.split(",") if b.strip()]
-    for dataset, regime in blocks:
-        if (dataset, regime) != ("cost", "cost") and (dataset not in DATASETS or regime not in REGIMES):
-            raise ValueError(f"--blocks: unknown block {dataset}:{regime}; datasets {DATASETS}, regimes {REGIMES}, or cost:cost")
-    run_log = Path(args.run_log)
-    log = read_log(run_log)
+    budget = setup_from_args(args)
+    blocks = [tuple(b.split(":")) for b in args.only] if args.only is not None else list(BLOCKS)
+    run_log = RunLog(args.run_log)
     if args.summary_only:
-        write_summary(log, args)
+        write_summary(run_log.records(), args)
         return 0
     if args.plan:
-        runs = {r["key"]: r for r in log}
+        runs = {r["key"]: r for r in run_log.records()}
         for dataset, regime in blocks:
             for spec in plan_block(dataset, regime, runs):
                 if run_key(spec) not in runs:
@@ -549,24 +513,26 @@ def main(argv=None) -> int:
     splits_cache: dict[str, dict] = {}
     done = 0
     while args.max_runs is None or done < args.max_runs:
-        runs = {r["key"]: r for r in log}
+        runs = {r["key"]: r for r in run_log.records()}
         spec = next_run(blocks, runs)
         if spec is None:
             logger.info("all planned runs are done")
+            break
+        kind = f"{spec['dataset']}:{spec['regime']}"
+        if not budget.allows(kind):
             break
         if spec["dataset"] not in splits_cache:
             splits_cache[spec["dataset"]] = load_splits(spec["dataset"], args.data_dir, args.eval_rows)
         logger.info("run %s", run_key(spec))
         runner = {"logreg": logreg_run, "interleaved": cost_run}.get(spec["method"], train_run)
-        record = runner(spec, splits_cache[spec["dataset"]], args)
-        record["max_steps_cap"], record["eval_rows_cap"] = args.max_steps, args.eval_rows
-        record = json.loads(json.dumps(record, default=str), parse_constant=lambda c: None)  # nan -> null
-        append_log(run_log, record)
-        log.append(record)
+        with budget.timed(kind):
+            record = runner(spec, splits_cache[spec["dataset"]], args)
+        record.update(max_steps_cap=args.max_steps, eval_rows_cap=args.eval_rows, dry_run=args.dry_run)
+        record = run_log.append(record.pop("key"), json_safe(record))  # nan -> null
         done += 1
         logger.info("done: dev %s test %s (%.0f s)", record.get("dev"), record.get("test"), record.get("train_seconds") or 0)
-        write_summary(log, args)
-    write_summary(log, args)
+        write_summary(run_log.records(), args)
+    write_summary(run_log.records(), args)
     return 0
 
 

@@ -122,10 +122,10 @@ METHODS: dict[str, Method] = {
         {"mini_batch_size": 32, "learning_rate": LR[1]}, {"mini_batch_size": 32, "learning_rate": 1e-4},
         {"mini_batch_size": 32, "scale": 50.0, "learning_rate": LR[1]}), batch_size=CACHED_BATCH_SIZE, settings=("sts",),
         note=NO_LARGE_BATCH),
-    "cached_queue": Method("queue_infonce", False, (
-        {"temperature": 0.05, "cached": True, "mini_batch_size": 32, "learning_rate": LR[1]},
-        {"temperature": 0.05, "cached": True, "mini_batch_size": 32, "learning_rate": 1e-4},
-        {"temperature": 0.02, "cached": True, "mini_batch_size": 32, "learning_rate": LR[1]}), batch_size=CACHED_BATCH_SIZE,
+    "cached_queue": Method("cached_queue_infonce", False, (
+        {"temperature": 0.05, "mini_batch_size": 32, "learning_rate": LR[1]},
+        {"temperature": 0.05, "mini_batch_size": 32, "learning_rate": 1e-4},
+        {"temperature": 0.02, "mini_batch_size": 32, "learning_rate": LR[1]}), batch_size=CACHED_BATCH_SIZE,
         settings=("sts",), note=NO_LARGE_BATCH),
     "queue_corpus": Method("queue_infonce", False, (
         {"temperature": 0.05, "queue_size": 4096, "learning_rate": LR[0]},

@@ -20,8 +20,8 @@ among their names; free-weight vs encoded label heads, CE vs ACL-Embed, against 
   ``TUNE_CONFIGS``, seed 0; then the chosen configuration with the seeds on the 57/20 split,
   logged as ``<method>_tuned`` (no test row is read to choose).
 
-Resumable like ``bench_acl.py``: one line per finished run in ``zero_shot_runs.jsonl``, skipped on
-restart; ``bench_zero_shot.json`` rebuilt from it after every run.
+Resumable (``contrastive_bert.benchmarking.RunLog``): one line per finished run in
+``zero_shot_runs.jsonl``, skipped on restart; ``bench_zero_shot.json`` rebuilt from it after every run.
 
     OMP_NUM_THREADS=1 nohup .venv/bin/python eval/bench_zero_shot.py > /tmp/bench_zero_shot.log 2>&1 &
 """
@@ -29,9 +29,7 @@ restart; ``bench_zero_shot.json`` rebuilt from it after every run.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import random
 import tempfile
 import time
@@ -39,9 +37,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from bench_acl import StepTimer, append_log, read_log
 
-from contrastive_bert.benchmarking import environment, mean_std
+from contrastive_bert.benchmarking import (
+    RunLog,
+    add_common_arguments,
+    environment,
+    json_safe,
+    mean_std,
+    run_key,
+    selected,
+    setup_from_args,
+    write_json,
+)
 
 logger = logging.getLogger("bench_zero_shot")
 
@@ -61,23 +68,16 @@ TUNE_CONFIGS = [{"epochs": 1.0, "contrastive_weight": 0.5}, {"epochs": 3.0, "con
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--data-dir", default=None)
+    add_common_arguments(parser, output=RESULTS / "bench_zero_shot.json", run_log=RESULTS / "zero_shot_runs.jsonl",
+                         seeds=[0, 1, 2], methods=list(METHODS))
     parser.add_argument("--held-out", type=int, default=20)
-    parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--epochs", type=float, default=1.0)
-    parser.add_argument("--max-steps", type=int, default=-1, help="cap the steps (smoke tests only; recorded)")
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--head-learning-rate", type=float, default=5e-3)
     parser.add_argument("--contrastive-weight", type=float, default=0.5)
     parser.add_argument("--temperature", type=float, default=0.1)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-seq-length", type=int, default=32)
-    parser.add_argument("--eval-rows", type=int, default=None, help="cap test rows (smoke tests only; recorded)")
-    parser.add_argument("--run-log", default=str(RESULTS / "zero_shot_runs.jsonl"))
-    parser.add_argument("--output", default=str(RESULTS / "bench_zero_shot.json"))
-    parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--tune", action="store_true",
                         help="choose epochs and lambda per method on a dev split of intents, then run the chosen ones")
     return parser.parse_args(argv)
@@ -97,7 +97,8 @@ def load_data(args) -> dict:
 
     from contrastive_bert.data import load_dataset
 
-    banking = load_dataset("banking77", data_dir=args.data_dir)
+    # every train row: this benchmark's dev split is one of *intents* (below), not the package's carved rows
+    banking = load_dataset("banking77", data_dir=args.data_dir, dev_split=False)
     names = list(banking["train"].features["label"].names)
     held = sorted(random.Random(0).sample(range(len(names)), args.held_out))
     seen = [k for k in range(len(names)) if k not in held]
@@ -169,6 +170,7 @@ def run(spec: dict, data: dict, args) -> dict:
     from contrastive_bert.models import load_model
     from contrastive_bert.training.acl import train_label_classifier
     from contrastive_bert.training.recipe import TrainingRecipe
+    from contrastive_bert.training.step_timer import StepTimer
 
     torch.manual_seed(spec["seed"])
     model = load_model("default", device=args.device)
@@ -180,7 +182,7 @@ def run(spec: dict, data: dict, args) -> dict:
     if spec["method"] != "untrained":
         options = METHODS[spec["method"].removesuffix("_tuned")]
         recipe = TrainingRecipe(
-            datasets=["banking77"], epochs=epochs, max_steps=args.max_steps, batch_size=args.batch_size,
+            datasets=["banking77"], epochs=epochs, max_steps=max_steps(args), batch_size=args.batch_size,
             learning_rate=args.learning_rate, head_learning_rate=args.head_learning_rate, seed=spec["seed"],
             max_seq_length=args.max_seq_length, logging_steps=50, save_steps=10**6, eval_steps=10**6, dev_task=None, eval_tasks=[],
         )
@@ -247,7 +249,7 @@ def summarize(log: list[dict], args) -> dict:
         "gain_over_untrained": gains,
         "protocol": {
             "held_out_intents": None if not log else log[0].get("held_out_names"),
-            "template": TEMPLATE, "epochs": args.epochs, "max_steps_cap": args.max_steps, "eval_rows_cap": args.eval_rows,
+            "template": TEMPLATE, "epochs": args.epochs, "max_steps_cap": max_steps(args), "eval_rows_cap": args.eval_rows,
             "learning_rate": args.learning_rate, "head_learning_rate": args.head_learning_rate,
             "contrastive_weight": args.contrastive_weight, "temperature": args.temperature,
             "batch_size": args.batch_size, "max_seq_length": args.max_seq_length,
@@ -257,45 +259,46 @@ def summarize(log: list[dict], args) -> dict:
                     "tau and learning rates fixed",
             "tune_configs": TUNE_CONFIGS, "dev_held_out_intents": DEV_HELD_OUT,
         },
-        "environment": environment(),
+        "environment": environment(args.device),
     }
 
 
+def max_steps(args) -> int:
+    """The step cap as the recipe and the run keys spell it (-1: none)."""
+    return args.max_steps or -1
+
+
 def main(argv=None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = parse_args(argv)
-    torch.set_num_threads(args.threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = sorted(set(methods) - set(METHODS))
-    if unknown:
-        raise ValueError(f"--methods: unknown {unknown}; choose from {sorted(METHODS)}")
-    seeds = [int(s) for s in args.seeds.split(",")]
-    run_log = Path(args.run_log)
-    log = read_log(run_log)
-    done = {r["key"] for r in log}
+    budget = setup_from_args(args)
+    methods = selected(args, list(METHODS))
+    seeds = args.seeds
+    log = RunLog(args.run_log)
+    if args.summary_only:
+        write_json(args.output, summarize(log.records(), args), indent=1)
+        return 0
     data = load_data(args)
     held_names = [data["names"][k] for k in data["held"]]
     specs = [{"method": "untrained", "seed": 0}] + [{"method": m, "seed": s} for s in seeds for m in methods]
     if args.tune:
-        specs = tuned_specs(log, methods, seeds)
+        specs = tuned_specs(log.records(), methods, seeds)
     while specs:
         spec = specs.pop(0)
-        spec["key"] = json.dumps({"epochs": args.epochs, **spec, "max_steps": args.max_steps, "eval_rows": args.eval_rows},
-                                 sort_keys=True)
-        if spec["key"] in done:
+        key = run_key({"epochs": args.epochs, **spec, "max_steps": max_steps(args), "eval_rows": args.eval_rows})
+        if log.done(key):
             continue
-        logger.info("run %s", spec["key"])
-        record = run(spec, data, args)
-        record["held_out_names"] = held_names
-        append_log(run_log, record)
-        log.append(record)
-        done.add(spec["key"])
+        if not budget.allows(spec.get("phase", "test")):
+            break
+        logger.info("run %s", key)
+        with budget.timed(spec.get("phase", "test")):
+            record = run(spec, data, args)
+        record.update(held_out_names=held_names, dry_run=args.dry_run)
+        log.append(key, json_safe(record))
         logger.info("done: %s", record.get("scores", record.get("dev")))
         if args.tune:  # the chosen configuration's runs appear once its dev runs are done
-            specs = tuned_specs(log, methods, seeds)
-        output = Path(args.output)
-        output.write_text(json.dumps(summarize(log, args), indent=1, allow_nan=False))
-    Path(args.output).write_text(json.dumps(summarize(log, args), indent=1, allow_nan=False))
+            specs = tuned_specs(log.records(), methods, seeds)
+        write_json(args.output, summarize(log.records(), args), indent=1)
+    write_json(args.output, summarize(log.records(), args), indent=1)
     return 0
 
 
