@@ -1,9 +1,10 @@
 """MTEB integration: local data wrapped as mteb tasks, stock mteb tasks by name, and ``mteb.evaluate``.
 
 Every registered data set with an ``mteb`` card (:class:`contrastive_bert.data.MtebCard`) and a
-pair-score, pair-binary or classification task type becomes a local mteb task class, built from
-its fields (``LocalSTSBenchmark``, ``LocalMRPCPairClassification``, ``LocalBanking77Classification``,
-``LocalEmotionClassification``, ``LocalSST2Classification`` are attributes of this module). They
+pair-score, pair-binary, classification or retrieval task type becomes a local mteb task class,
+built from its fields (``LocalSTSBenchmark``, ``LocalMRPCPairClassification``,
+``LocalBanking77Classification``, ``LocalEmotionClassification``, ``LocalSST2Classification``,
+``LocalSciFact``, ``LocalNFCorpus`` are attributes of this module). They
 read their rows through :func:`contrastive_bert.data.load_dataset`, so they run offline on a local
 data root and produce the same :class:`mteb.TaskResult` objects as the stock tasks. Usage::
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,12 @@ import datasets
 import mteb
 from mteb.abstasks.classification import AbsTaskClassification
 from mteb.abstasks.pair_classification import AbsTaskPairClassification
+from mteb.abstasks.retrieval import AbsTaskRetrieval
 from mteb.abstasks.sts import AbsTaskSTS
 from mteb.abstasks.task_metadata import TaskMetadata
 
 from contrastive_bert.data import DATA_DIR_ENV, REGISTRY, DatasetSpec, get_dataset, load_dataset, resolve_data_dir
+from contrastive_bert.data.beir import CORPUS, QUERIES, qrels_dict
 from contrastive_bert.data.hub import hub_reachable, offline_message
 
 logger = logging.getLogger(__name__)
@@ -127,11 +130,59 @@ class _LocalClassification(_LocalDataMixin, AbsTaskClassification):
         )
 
 
+class _LocalRetrieval(_LocalDataMixin, AbsTaskRetrieval):
+    """A retrieval data set (corpus, queries, graded qrels) as an mteb retrieval task: exact search
+    over the whole corpus, top 1000, nDCG@10 main score (mteb's protocol, as for the stock task).
+
+    ``loader`` (optional): a function returning the data set as :func:`load_dataset` does (a
+    ``DatasetDict`` with ``corpus``, ``queries`` and qrels splits), used instead of the registry,
+    e.g. to evaluate a subset or a folder that is not registered. ``max_samples`` keeps that many
+    judged queries of each evaluation split (seeded); the corpus is always kept whole.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike | None = None,
+        max_samples: int | None = None,
+        seed: int = 42,
+        loader: Callable[[], datasets.DatasetDict] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if loader is not None and not callable(loader):
+            raise ValueError(f"loader: expected a function returning a DatasetDict or None, got {loader!r}")
+        self.loader = loader
+        super().__init__(data_dir=data_dir, max_samples=max_samples, seed=seed, **kwargs)
+
+    def load_data(self, num_proc: int | None = None, **kwargs: Any) -> None:
+        """Corpus, queries and each evaluation split's qrels in mteb's ``RetrievalSplitData`` layout."""
+        if self.data_loaded:
+            return
+        raw = self.loader() if self.loader is not None else load_dataset(self.dataset_name, data_dir=self.data_dir)
+        missing = [name for name in (CORPUS, QUERIES, *self.metadata.eval_splits) if name not in raw]
+        if missing:
+            raise ValueError(f"data: {self.metadata.name} needs splits {missing}, got {list(raw)}")
+        corpus = raw[CORPUS].select_columns(["id", "title", "text"])
+        splits = {}
+        for split in self.metadata.eval_splits:
+            relevant = qrels_dict(raw[split])
+            if self.max_samples is not None and self.max_samples < len(relevant):
+                kept = datasets.Dataset.from_dict({"id": sorted(relevant)}).shuffle(seed=self.seed)["id"][: self.max_samples]
+                relevant = {query_id: relevant[query_id] for query_id in sorted(kept)}
+            rows = [i for i, query_id in enumerate(raw[QUERIES]["id"]) if query_id in relevant]
+            if len(rows) != len(relevant):
+                raise ValueError(f"data: the {len(relevant)} queries judged in {split!r} match {len(rows)} rows of the queries (each must appear once)")
+            queries = raw[QUERIES].select(rows).select_columns(["id", "text"])
+            splits[split] = {"corpus": corpus, "queries": queries, "relevant_docs": relevant, "top_ranked": None}
+        self.dataset = {"default": splits}
+        self.data_loaded = True
+
+
 # our task type -> (mteb base class, mteb task type, mteb category, mteb main score)
 _MTEB_KINDS: dict[str, tuple[type[_LocalDataMixin], str, str, str]] = {
     "pair-score": (_LocalSTS, "STS", "t2t", "cosine_spearman"),
     "pair-binary": (_LocalPairClassification, "PairClassification", "t2t", "max_ap"),
     "classification": (_LocalClassification, "Classification", "t2c", "accuracy"),
+    "retrieval": (_LocalRetrieval, "Retrieval", "t2t", "ndcg_at_10"),
 }
 _CLASSES: dict[str, tuple[DatasetSpec, type[_LocalDataMixin]]] = {}
 

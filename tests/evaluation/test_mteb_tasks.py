@@ -15,6 +15,8 @@ from contrastive_bert.evaluation.mteb_tasks import (
     LocalBanking77Classification,
     LocalEmotionClassification,
     LocalMRPCPairClassification,
+    LocalNFCorpus,
+    LocalSciFact,
     LocalSST2Classification,
     LocalSTSBenchmark,
     evaluate_mteb_tasks,
@@ -25,6 +27,8 @@ from contrastive_bert.evaluation.mteb_tasks import (
 )
 
 PUBLISHED_STSB = 82.03  # all-MiniLM-L6-v2, STS-B test, cosine Spearman x100
+# all-MiniLM-L6-v2, test nDCG@10 x100 by the MTEB protocol (leaderboard figures, documents cut at 256 tokens)
+PUBLISHED_NDCG_AT_10 = {"scifact": 64.51, "nfcorpus": 31.59}
 
 
 @pytest.fixture()
@@ -181,7 +185,7 @@ def test_offline_without_local_data_is_one_line_error(shared_data, monkeypatch):
 def test_bad_arguments_raise_value_error(shared_data):
     with pytest.raises(ValueError, match=r"names: unsupported MTEB task 'stsbb'; supported: banking77, emotion, mrpc"):
         get_mteb_tasks(["stsbb"], data_dir=shared_data)
-    assert supported_tasks() == ["banking77", "emotion", "mrpc", "sst2", "stsb"]
+    assert supported_tasks() == ["banking77", "emotion", "mrpc", "nfcorpus", "scifact", "sst2", "stsb"]
     with pytest.raises(ValueError, match="names: expected a non-empty list"):
         get_mteb_tasks([], data_dir=shared_data)
     with pytest.raises(ValueError, match="names: expected a non-empty list"):
@@ -230,3 +234,93 @@ def test_eval_cli_mteb_writes_json(tiny_model, tmp_path, shared_data, capsys):
     # an existing output file is refused, before any model loads
     assert main(["eval", "--mteb", "--model", str(model_dir), "--tasks", "stsb", "--output", str(output)]) == 2
     assert main(["eval", "--mteb", "--tasks", "nosuchtask"]) == 2
+
+
+@pytest.mark.parametrize(("cls", "documents", "queries", "judgements"), [(LocalSciFact, 5183, 300, 339), (LocalNFCorpus, 3633, 323, 12334)])
+def test_local_retrieval_tasks_load_in_mteb_layout(shared_data, cls, documents, queries, judgements):
+    task = cls(data_dir=shared_data)
+    assert task.metadata.type == "Retrieval" and task.metadata.main_score == "ndcg_at_10"
+    assert task.metadata.eval_splits == ["test"] and task.k_values[-1] == 1000 and not task.ignore_identical_ids
+    task.load_data()
+    split = task.dataset["default"]["test"]
+    assert set(split["corpus"].column_names) == {"id", "title", "text"} and len(split["corpus"]) == documents
+    assert set(split["queries"].column_names) == {"id", "text"} and len(split["queries"]) == queries
+    assert set(split["queries"]["id"]) == set(split["relevant_docs"])
+    assert sum(len(docs) for docs in split["relevant_docs"].values()) == judgements
+
+    sampled = cls(data_dir=shared_data, max_samples=7)
+    sampled.load_data()
+    sampled_split = sampled.dataset["default"]["test"]
+    assert len(sampled_split["queries"]) == 7 and len(sampled_split["corpus"]) == documents  # the corpus stays whole
+    assert all(sampled_split["relevant_docs"][q] == split["relevant_docs"][q] for q in sampled_split["relevant_docs"])
+
+
+def _scifact_subset(shared_data, num_queries: int = 10, num_documents: int = 50):
+    """The first ``num_queries`` judged SciFact test queries, and a corpus of their relevant
+    abstracts filled up to ``num_documents`` with other abstracts, read from the BEIR files."""
+    import datasets
+
+    from contrastive_bert.data.beir import QRELS_COLUMNS, read_corpus, read_qrels, read_queries
+
+    folder = shared_data / "scifact"
+    qrels = read_qrels(folder / "qrels" / "test.tsv")
+    query_ids = sorted(set(qrels["query_id"]), key=int)[:num_queries]
+    keep = [i for i, q in enumerate(qrels["query_id"]) if q in query_ids]
+    test = {name: [qrels[name][i] for i in keep] for name in QRELS_COLUMNS}
+    corpus = read_corpus(folder / "corpus.jsonl")
+    relevant = set(test["corpus_id"])
+    rows = [i for i, d in enumerate(corpus["id"]) if d in relevant]
+    rows += [i for i, d in enumerate(corpus["id"]) if d not in relevant][: num_documents - len(rows)]
+    queries = read_queries(folder / "queries.jsonl")
+    query_rows = [i for i, q in enumerate(queries["id"]) if q in query_ids]
+    return datasets.DatasetDict({
+        "corpus": datasets.Dataset.from_dict({name: [corpus[name][i] for i in sorted(rows)] for name in corpus}),
+        "queries": datasets.Dataset.from_dict({name: [queries[name][i] for i in query_rows] for name in queries}),
+        "test": datasets.Dataset.from_dict(test),
+    })
+
+
+def test_retrieval_through_mteb_equals_evaluate_retrieval(tiny_model, shared_data, no_network):
+    from contrastive_bert.data.beir import RetrievalData
+    from contrastive_bert.evaluation.dense_retrieval import evaluate_retrieval
+
+    subset = _scifact_subset(shared_data)
+    assert len(subset["corpus"]) == 50 and len(subset["queries"]) == 10
+    task = LocalSciFact(loader=lambda: subset)
+    [result] = evaluate_mteb_tasks(tiny_model, [task], batch_size=16)
+    mteb_scores = summarize_task_result(result)
+
+    data = RetrievalData.from_splits(subset)
+    ours = evaluate_retrieval(tiny_model, data.corpus, data.queries, data.split("test"), batch_size=16)
+    assert ours["num_queries"] == 10 and ours["num_documents"] == 50
+    assert 0 < ours["ndcg_at_10"] < 100 and ours["ndcg_at_10"] != ours["recall_at_100"]  # a non-trivial ranking
+    # mteb rounds nDCG/MAP/Recall to 5 decimals of a fraction (5e-4 here); its MRR is not rounded
+    for key in ("ndcg_at_10", "map_at_100", "recall_at_100", "recall_at_10", "ndcg_at_1", "map_at_10", "precision_at_3"):
+        assert ours[key] == pytest.approx(mteb_scores[key], abs=5.1e-4), key
+    for key in ("mrr_at_10", "mrr_at_1"):
+        assert ours[key] == pytest.approx(mteb_scores[key], abs=1e-9), key
+    assert mteb_scores["main_score"] == pytest.approx(ours["main_score"], abs=5.1e-4)
+
+
+def test_retrieval_task_loader_errors():
+    import datasets
+
+    with pytest.raises(ValueError, match="loader"):
+        LocalSciFact(loader="not a function")
+    task = LocalSciFact(loader=lambda: datasets.DatasetDict({"corpus": datasets.Dataset.from_dict({"id": ["d"]})}))
+    with pytest.raises(ValueError, match=r"needs splits \['queries', 'test'\]"):
+        task.load_data()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["scifact", "nfcorpus"])
+def test_bundled_model_reproduces_published_retrieval_ndcg(bundled_model, shared_data, name):
+    """MTEB leaderboard nDCG@10 of all-MiniLM-L6-v2, through our evaluator (documents cut at 256 tokens)."""
+    from contrastive_bert.data import load_dataset
+    from contrastive_bert.data.beir import RetrievalData
+    from contrastive_bert.evaluation.dense_retrieval import evaluate_retrieval
+
+    assert bundled_model.max_seq_length == 256
+    data = RetrievalData.from_splits(load_dataset(name, data_dir=shared_data))
+    scores = evaluate_retrieval(bundled_model, data.corpus, data.queries, data.split("test"), batch_size=64)
+    assert scores["main_score"] == pytest.approx(PUBLISHED_NDCG_AT_10[name], abs=0.05)
