@@ -4,7 +4,10 @@ so every subcommand spells a flag, its help and its error the same way.
 The vocabulary: ``--model``; ``--data-dir``; ``--batch-size``; ``--output`` (a file) and
 ``--output-dir`` (a folder); ``--overwrite`` (the one rule for every output: an existing output is
 refused unless ``--overwrite``); ``--datasets`` (train: several), ``--dataset`` (one input data
-set), ``--tasks`` (evaluation); ``--verbose`` / ``--quiet``. Nothing here imports torch.
+set), ``--tasks`` (evaluation); ``--split``; ``--device``; ``--max-samples`` (the one name of a row
+limit; ``train`` has ``--max-train-samples`` and ``--max-eval-samples``, as in Hugging Face's
+example scripts); ``--verbose`` / ``--quiet``. Metavars: N (a count), X (a number), FILE, DIR,
+NAME(S), JSON. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -117,6 +120,25 @@ def add_datasets_argument(parser: argparse.ArgumentParser, help: str, default: A
     """``--datasets``: comma-separated data sets (registry names or local files)."""
     parser.add_argument("--datasets", type=comma_list, default=default, metavar="NAMES",
                         help=_with_default(help, shown if shown is not None else default))
+
+
+def add_split_argument(parser: argparse.ArgumentParser, default: str, help: str) -> None:
+    """``--split``: the split of a data set to read (train, validation, test)."""
+    parser.add_argument("--split", default=default, metavar="SPLIT", help=_with_default(help, default))
+
+
+def add_device_argument(parser: argparse.ArgumentParser) -> None:
+    """``--device``: a torch device."""
+    parser.add_argument("--device", default=None, metavar="DEVICE",
+                        help="torch device such as cpu, cuda or cuda:1 (default: the best available)")
+
+
+def add_max_samples_argument(parser: argparse.ArgumentParser, help: str, old_names: tuple[str, ...] = ()) -> None:
+    """``--max-samples N``: the one spelling of a row limit; ``old_names`` are earlier spellings,
+    still accepted but hidden from ``--help``."""
+    parser.add_argument("--max-samples", type=positive_int, default=None, metavar="N", help=help)
+    for name in old_names:
+        parser.add_argument(name, dest="max_samples", type=positive_int, help=argparse.SUPPRESS)
 
 
 def add_tasks_argument(parser: argparse.ArgumentParser, default: Any = ("stsb",), help: str = "comma-separated evaluation tasks") -> None:

@@ -13,6 +13,7 @@ from contrastive_bert.cli.arguments import (
     add_model_argument,
     add_output_argument,
     add_overwrite_argument,
+    add_split_argument,
     add_tasks_argument,
     check_output,
     replace_output,
@@ -31,7 +32,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_model_argument(parser)
     add_tasks_argument(parser)
     add_data_dir_argument(parser)
-    parser.add_argument("--split", default="test", help="split to score (default: test)")
+    add_split_argument(parser, "test", "split to score")
     add_batch_size_argument(parser, default=64)
     parser.add_argument("--mteb", action="store_true", help="evaluate through mteb.evaluate (local data as mteb tasks; stock tasks with --online)")
     parser.add_argument("--online", action="store_true", help="with --mteb: use mteb's stock tasks from the hub")

@@ -16,8 +16,11 @@ from contrastive_bert.cli.arguments import (
     add_batch_size_argument,
     add_data_dir_argument,
     add_dataset_argument,
+    add_device_argument,
+    add_max_samples_argument,
     add_model_argument,
     add_overwrite_argument,
+    add_split_argument,
     check_output,
     replace_output,
 )
@@ -42,13 +45,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     where.add_argument("--output-dir", metavar="DIR", help="write a datasets folder (Dataset.save_to_disk)")
     add_overwrite_argument(parser)
     add_model_argument(parser, help="model used to embed: " + DEFAULT_MODEL_HELP)
-    parser.add_argument("--split", default="train", help="split of a registered data set (default: train)")
+    add_split_argument(parser, "train", "split of a registered data set")
     add_data_dir_argument(parser)
-    parser.add_argument("--anchor-column", default=None, help="for files: the anchor column (default: the first)")
-    parser.add_argument("--positive-column", default=None, help="for files: the positive column (default: the second)")
-    parser.add_argument("--min-pair-score", type=float, default=0.8, help="STS-style data: keep pairs scoring >= this (default: 0.8)")
+    parser.add_argument("--anchor-column", default=None, metavar="COLUMN",
+                        help="for files: the column to read as the anchor (default: a column named anchor)")
+    parser.add_argument("--positive-column", default=None, metavar="COLUMN",
+                        help="for files: the column to read as the positive (default: a column named positive)")
+    parser.add_argument("--min-pair-score", type=float, default=0.8, metavar="X",
+                        help="STS-style data: keep pairs scoring >= this (default: 0.8)")
     parser.add_argument("--corpus", default=None, metavar="FILE", help="text file, one candidate per line (default: the positives)")
-    parser.add_argument("--max-samples", type=int, default=None, metavar="N", help="mine for the first N pairs only")
+    add_max_samples_argument(parser, "mine for the first N pairs only")
     parser.add_argument("--num-negatives", type=int, default=3, metavar="N", help="negatives per pair (default: 3)")
     parser.add_argument("--range-min", type=int, default=0, metavar="N", help="skip the N most similar candidates (default: 0)")
     parser.add_argument("--range-max", type=int, default=None, metavar="N", help="consider only the N most similar candidates")
@@ -57,12 +63,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--relative-margin", type=float, default=0.05, metavar="X",
                         help="a negative must score below (1 - X) x the positive's score: NV-Retriever's TopK-PercPos (default: 0.05)")
     parser.add_argument("--max-score", type=float, default=None, metavar="X", help="drop candidates scoring above X")
-    parser.add_argument("--sampling-strategy", choices=("top", "random"), default="top", help="(default: top)")
+    parser.add_argument("--sampling-strategy", choices=("top", "random"), default="top",
+                        help="take the hardest candidates that pass the filters, or a random draw of them (default: top)")
     parser.add_argument("--output-format", choices=("triplet", "n-tuple", "labeled-pair", "labeled-list"), default="triplet",
-                        help="(default: triplet)")
+                        help="row layout of the mined data set, as in sentence-transformers' mine_hard_negatives (default: triplet)")
     add_batch_size_argument(parser, default=64)
     parser.add_argument("--no-faiss", action="store_true", help="exact torch search instead of FAISS")
-    parser.add_argument("--device", default=None, help="torch device (default: the best available)")
+    add_device_argument(parser)
     parser.set_defaults(func=run_mine)
     return parser
 
@@ -87,8 +94,6 @@ def _check_args(args: argparse.Namespace) -> Path:
         raise ValueError(f"--range-max: expected > --range-min ({args.range_min}), got {args.range_max}")
     if args.relative_margin is not None and not 0 <= args.relative_margin <= 1:
         raise ValueError(f"--relative-margin: expected a value in [0, 1], got {args.relative_margin}")
-    if args.max_samples is not None and args.max_samples < 1:
-        raise ValueError(f"--max-samples: expected >= 1, got {args.max_samples}")
     if args.output is not None and Path(args.output).suffix.lower() not in OUTPUT_FILES:
         raise ValueError(f"--output: expected a {', '.join(OUTPUT_FILES)} file, got {args.output}; use --output-dir for a folder")
     flag = "--output" if args.output is not None else "--output-dir"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import typing
 from pathlib import Path
 from typing import Any
@@ -28,25 +29,50 @@ from contrastive_bert.cli.arguments import (
 from contrastive_bert.training.recipe import MIXED_PRECISION, RESUME_OVERRIDABLE, TrainingRecipe
 
 _HELP = {
-    "loss": "loss name: mnrl, cached_mnrl, cosent, queue_infonce, acl, ...",
+    "loss": "training objective by registry name: mnrl, cached_mnrl, cosent, queue_infonce, acl, cross_layer, ...",
     "loss_options": "JSON object of keyword arguments for the loss, e.g. '{\"scale\": 20}'",
-    "epochs": "passes over the training data (with --max-steps -1)",
-    "max_steps": "number of optimizer steps (-1: use --epochs)",
-    "max_train_samples": "cut the shuffled training set to this many rows",
+    "epochs": "passes over the training data (used when --max-steps is -1)",
+    "max_steps": "optimizer steps to train for; -1 trains for --epochs instead",
+    "learning_rate": "peak learning rate of the encoder (AdamW, linear decay after warm-up)",
+    "head_learning_rate": "learning rate of the heads on top of the encoder (label and exit heads); none: --learning-rate",
+    "warmup_ratio": "fraction of the steps with a linear learning-rate warm-up",
+    "weight_decay": "AdamW weight decay",
+    "seed": "random seed of initialisation, shuffling and sampling (same seed, same run)",
+    "max_seq_length": "texts are truncated to this many tokens; none keeps the model's limit",
+    "max_train_samples": "train on the first N rows of the shuffled training set",
+    "max_eval_samples": "cut every evaluation at the start and end of the run (--eval-tasks, and a multi-exit model's "
+                        "per-exit accuracy and early-exit sweep) to N shuffled rows per split; 0 skips them",
     "min_pair_score": "STS pairs with score >= this (in [0, 1]) are positives",
-    "labelled_negatives": "reranking data sets: pair every correct answer with a labelled wrong candidate of its question (triplets)",
-    "dev_task": "task evaluated on its validation split during training ('' for none)",
-    "eval_tasks": "comma-separated tasks evaluated on test before and after training ('' for none)",
+    "labelled_negatives": "reranking data sets: pair every correct answer with a labelled wrong candidate of its "
+                          "question (triplets)",
+    "dev_task": "task scored on its validation split every --eval-steps during training ('' for none)",
+    "eval_tasks": "comma-separated tasks scored on their test split before and after training ('' for none)",
+    "eval_steps": "score --dev-task every N optimizer steps",
+    "save_steps": "save a checkpoint (what --resume continues from) every N optimizer steps",
+    "save_total_limit": "keep only the N most recent checkpoints",
+    "logging_steps": "log the loss and learning rate every N optimizer steps",
+    "gradient_accumulation_steps": "sum the gradients of N batches before each optimizer step (a larger effective batch; "
+                                   "in-batch negatives still come from one batch)",
+    "gradient_checkpointing": "recompute activations in the backward pass: less memory, about a third more time",
     "freeze_layers": "freeze the embeddings and the lowest N encoder layers",
+    "freeze_embeddings": "freeze the token, position and type embeddings",
+    "max_grad_norm": "clip the gradient norm to this value (0: no clipping)",
     "mixed_precision": "mixed precision (fp16, bf16, auto: CUDA only)",
-    "head_learning_rate": "learning rate of heads on top of the encoder (label / exit heads)",
-    "warmup_ratio": "fraction of the steps with linear learning-rate warm-up",
     "stages": "JSON list of training stages run in order, each the fields it changes, e.g. '[{\"loss\": \"acl\"}, ...]'",
 }
 # Fields whose flags come from the shared helpers of cli/arguments.py.
 _SHARED = ("model", "datasets", "data_dir", "batch_size", "output_dir", "overwrite", "resume")
 _JSON_FIELDS = ("loss_options",)
 _METAVARS = {"loss": "NAME", "dev_task": "TASK", "eval_tasks": "TASKS"}
+
+
+def _shown(value: Any) -> str:
+    """A default as typed on the command line: on/off for switches, none, lists comma-joined."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value == "" or value == []:
+        return "none"
+    return show_default(value)
 
 
 def _flag_type(name: str, hint: Any):
@@ -72,7 +98,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     defaults = TrainingRecipe()
     suppress = argparse.SUPPRESS  # a flag not given leaves the file's (or the recorded) value alone
-    parser.add_argument("--recipe", metavar="FILE", help="YAML or JSON recipe file")
+    parser.add_argument("--recipe", metavar="FILE", help="YAML or JSON recipe file (its fields as keys; flags override them)")
     add_model_argument(parser, default=suppress, shown=defaults.model)
     add_datasets_argument(parser, "comma-separated training data sets (registry names or data files)",
                           default=suppress, shown=defaults.datasets)
@@ -90,7 +116,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             continue
         flag = "--" + field.name.replace("_", "-")
         kind = _flag_type(field.name, hints[field.name])
-        help_text = f"{_HELP.get(field.name, field.name.replace('_', ' '))} (default: {show_default(getattr(defaults, field.name))})"
+        help_text = f"{_HELP[field.name]} (default: {_shown(getattr(defaults, field.name))})"
         if kind is bool:
             parser.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=suppress, help=help_text)
         elif field.name == "mixed_precision":
@@ -163,14 +189,77 @@ def _recorded_stages(output_dir: str) -> bool:
         return False
 
 
+class Terminated(BaseException):
+    """SIGTERM during training (a scheduler's pre-emption, ``kill``), raised in the main thread."""
+
+
+# Exit status of a run stopped by a signal, as the shell reports it: 128 + the signal number.
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
+EXIT_TERMINATED = 143  # SIGTERM
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+def newest_checkpoint(output_dir: str | Path) -> str | None:
+    """The checkpoint a ``--resume`` of ``output_dir`` continues from: the newest ``checkpoint-*``
+    under ``checkpoints/`` or, for a staged run, under ``stage-<k>/checkpoints/``."""
+    from contrastive_bert.training.output_dir import CHECKPOINTS, last_checkpoint
+
+    output_dir = Path(output_dir)
+    roots = [output_dir / CHECKPOINTS, *sorted(output_dir.glob(f"stage-*/{CHECKPOINTS}"))]
+    found = [c for c in (last_checkpoint(root) for root in roots) if c is not None]
+    return max(found, key=lambda c: Path(c).stat().st_mtime) if found else None
+
+
+def stopped_message(output_dir: str | Path, how: str) -> str:
+    """One line: how training stopped, the checkpoint to continue from and the command that does."""
+    checkpoint = newest_checkpoint(output_dir)
+    if checkpoint is None:
+        return (f"contrastive-bert train: {how} before the first checkpoint was saved; nothing to resume: "
+                f"run the same command with --overwrite to start again")
+    return (f"contrastive-bert train: {how}; last checkpoint {checkpoint}; continue with: "
+            f"contrastive-bert train --output-dir {output_dir} --resume")
+
+
 def run_train(args: argparse.Namespace) -> int:
+    """Handler: train the recipe. A finished run resumed is a message (exit 0, nothing rewritten);
+    Ctrl-C and SIGTERM are one line naming the last checkpoint and the resume command (exit 130 / 143)."""
+    import signal
+    import threading
+
     from contrastive_bert.training.runner import train
 
     recipe = recipe_from_args(args)
-    outcome = train(recipe)
-    print(format_before_after(outcome.before, outcome.after))
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
+    try:
+        outcome = train(recipe)
+    except KeyboardInterrupt:
+        print(stopped_message(recipe.output_dir, "interrupted (Ctrl-C)"), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Terminated:
+        print(stopped_message(recipe.output_dir, "terminated (SIGTERM)"), file=sys.stderr)
+        return EXIT_TERMINATED
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+    if outcome.already_finished:
+        print(f"already finished: the run in {outcome.output_dir} trained its {_length(recipe)}; nothing was rewritten "
+              f"(final/ and results.json are as they were). Raise --max-steps or --epochs to train further, "
+              f"or pass --overwrite to start again.")
+        return 0
+    if outcome.after:
+        print(format_before_after(outcome.before, outcome.after))
+    else:
+        print("no before/after scores (no --eval-tasks, or --max-eval-samples 0)")
     print(f"model saved to {outcome.output_dir}/final; scores in {outcome.output_dir}/results.json")
     return 0
+
+
+def _length(recipe) -> str:
+    return f"{recipe.max_steps} steps" if recipe.max_steps > 0 else f"{recipe.epochs:g} epochs"
 
 
 def format_before_after(before: dict, after: dict) -> str:

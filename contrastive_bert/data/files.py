@@ -6,7 +6,7 @@ Formats (task types of :mod:`contrastive_bert.data.schemas`) and the columns tha
 format         columns                                         e.g.
 =============  ==============================================  =====================================
 ``triplets``   anchor, positive, negative (or negative_1...)   ``contrastive-bert mine`` output
-``pairs``      anchor, positive (or any two text columns)      positive pairs
+``pairs``      anchor, positive                                positive pairs
 ``pair-score`` sentence1, sentence2, score (in [0, 1])         STS-style data
 ``pair-binary`` sentence1, sentence2, label (0/1)              paraphrase data
 ``labelled``   text, label                                     classification data
@@ -94,15 +94,13 @@ def infer_format(column_names: Sequence[str]) -> tuple[str, dict[str, str]]:
     """``(task type, column mapping)`` for a file with ``column_names``.
 
     The first task type (triplets, pairs, pair-score, pair-binary, labelled, reranking) whose
-    columns are all present wins; a file with exactly two other columns is read as ``pairs``
-    (first = anchor, second = positive)."""
+    columns are all present wins; other columns are refused, two as well as three (read as
+    positional pairs, a file of ``foo,bar`` would train silently on whatever it holds)."""
     present = set(column_names)
     for task_type in _INFERENCE_ORDER:
         needed = ("anchor", "positive") if task_type == "triplets" else TASK_COLUMNS[task_type]
         if set(needed) <= present and (task_type != "triplets" or negative_columns(column_names)):
             return task_type, {}
-    if len(column_names) == 2:
-        return "pairs", {column_names[0]: "anchor", column_names[1]: "positive"}
     raise ValueError(
         f"cannot tell the format from the columns {list(column_names)}; expected pairs (anchor, positive), "
         "triplets (anchor, positive, negative), pair-score (sentence1, sentence2, score) or labelled (text, label) "

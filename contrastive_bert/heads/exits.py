@@ -15,9 +15,13 @@ appended to a ``SentenceTransformer`` it is listed in ``modules.json`` and saved
 features through, adding ``exit_embeddings``/``exit_logits`` only when the transformer returns its
 hidden states, see :func:`exit_outputs`). Reload with :func:`load_multi_exit_model` /
 ``contrastive_bert.models.load_model(path)``, or ``SentenceTransformer(path, trust_remote_code=True)``
-(sentence-transformers 6 imports module classes outside its own namespace only when trusted). The exit on the last
-layer is always a linear exit on the final layer: it is the model's final classifier (the
-teacher of ACL-CL and stage 1 of two-stage training).
+(sentence-transformers 6 imports module classes outside its own namespace only when trusted).
+
+``exit_layers`` has one meaning everywhere (the heads, the ``cross_layer`` loss options, recipes):
+the 1-based **intermediate** layers that get an exit. The last layer's exit is implicit: it is
+always a linear exit, the model's final classifier (the teacher of ACL-CL and stage 1 of
+two-stage training). :func:`check_exit_layers` is the one check of that convention;
+``MultiExitHeads.head_layers`` lists every layer with a head (the exit layers and the last).
 """
 
 from __future__ import annotations
@@ -38,6 +42,36 @@ from contrastive_bert.models import unwrap_model
 
 EXIT_HEAD_TYPES: tuple[str, ...] = ("linear", "mha")
 POOLING_MODES: tuple[str, ...] = ("mean", "cls")
+
+
+def check_exit_layers(
+    exit_layers: Sequence[int] | None, num_layers: int | None = None, name: str = "exit_layers"
+) -> list[int] | None:
+    """The one check of exit layers: a non-empty list of distinct 1-based layer numbers below the
+    last layer (the last layer's exit, the final classifier, is implicit). Returns them sorted;
+    None stays None (the caller's default: every intermediate layer). Without ``num_layers`` (no
+    model yet, e.g. a recipe's options) only the form is checked. ``name`` prefixes the error
+    (e.g. ``loss_options.exit_layers``)."""
+    if exit_layers is None:
+        return None
+    if isinstance(exit_layers, (str, bytes)) or not isinstance(exit_layers, Sequence) or not exit_layers or any(
+        isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in exit_layers
+    ):
+        raise ValueError(f"{name}: expected a non-empty list of layer numbers >= 1 (1-based), got {exit_layers!r}")
+    if len(set(exit_layers)) != len(exit_layers):
+        raise ValueError(f"{name}: a layer is listed twice in {list(exit_layers)}")
+    if num_layers is not None:
+        if num_layers in exit_layers:
+            raise ValueError(
+                f"{name}: layer {num_layers} is the last layer, whose exit (the final classifier) is always there; "
+                f"list intermediate layers only, in [1, {num_layers - 1}]"
+            )
+        bad = [m for m in exit_layers if not 1 <= m < num_layers]
+        if bad:
+            raise ValueError(
+                f"{name}: layers {bad} are out of range; the encoder has {num_layers} layers, exits go on [1, {num_layers - 1}]"
+            )
+    return sorted(int(m) for m in exit_layers)
 
 
 def pool_tokens(token_embeddings: Tensor, attention_mask: Tensor, mode: str = "mean") -> Tensor:
@@ -136,7 +170,8 @@ class MHAExit(nn.Module):
 
 
 class MultiExitHeads(Module):
-    """One exit head per chosen layer (1-based layer indices; the last layer always has a linear exit).
+    """One exit head per intermediate layer in ``exit_layers`` (1-based; default: every layer below
+    the last) plus the final classifier, a linear exit on the last layer (always there, never listed).
 
     As a sentence-transformers module it passes features through; when the features hold the
     transformer's ``all_layer_embeddings`` (L + 1 tensors of (B, T, H)) it adds
@@ -180,16 +215,11 @@ class MultiExitHeads(Module):
             raise ValueError(f"head_type: expected one of {EXIT_HEAD_TYPES}, got {head_type!r}")
         if len(label_names) < 2:
             raise ValueError(f"label_names: need at least 2 labels, got {len(label_names)}")
-        layers = list(range(1, num_layers + 1)) if exit_layers is None else [int(m) for m in exit_layers]
-        bad = [m for m in layers if not 1 <= m <= num_layers]
-        if bad:
-            raise ValueError(f"exit_layers: layer indices must be in [1, {num_layers}] (1-based), got {bad}")
-        if len(set(layers)) != len(layers):
-            raise ValueError(f"exit_layers: duplicate layer indices in {layers}")
+        layers = check_exit_layers(exit_layers, num_layers)
         self.in_features = in_features
         self.label_names = list(label_names)
         self.num_layers = num_layers
-        self.exit_layers = sorted(set(layers) | {num_layers})
+        self.exit_layers: list[int] = list(range(1, num_layers)) if layers is None else layers
         self.head_type = head_type
         self.pooling = pooling
         self.normalize = normalize
@@ -198,7 +228,7 @@ class MultiExitHeads(Module):
         self.dropout = dropout
         self.scale = float(scale)
         self.cosine = bool(cosine)
-        self.exits = nn.ModuleDict({str(m): self._make_exit(m) for m in self.exit_layers})
+        self.exits = nn.ModuleDict({str(m): self._make_exit(m) for m in self.head_layers})
 
     def _make_exit(self, layer: int) -> nn.Module:
         if self.head_type == "linear" or layer == self.num_layers:
@@ -217,9 +247,9 @@ class MultiExitHeads(Module):
         return head
 
     @property
-    def intermediate_layers(self) -> list[int]:
-        """Exit layers below the last one (the students of ACL-CL)."""
-        return [m for m in self.exit_layers if m != self.num_layers]
+    def head_layers(self) -> list[int]:
+        """Every layer with a head: the exit layers (the students of ACL-CL) and the last layer."""
+        return [*self.exit_layers, self.num_layers]
 
     @property
     def final_exit(self) -> nn.Module:
@@ -228,8 +258,8 @@ class MultiExitHeads(Module):
 
     def exit(self, layer: int) -> nn.Module:
         """The exit head on ``layer`` (1-based)."""
-        if layer not in self.exit_layers:
-            raise ValueError(f"layer: no exit on layer {layer}; exits are on {self.exit_layers}")
+        if layer not in self.head_layers:
+            raise ValueError(f"layer: no exit on layer {layer}; heads are on {self.head_layers}")
         return self.exits[str(layer)]
 
     def label_embeddings(self, layer: int) -> Tensor:
@@ -251,7 +281,7 @@ class MultiExitHeads(Module):
                 f"{self.num_layers}-layer encoder, got {len(all_layer_embeddings)}"
             )
         embeddings, logits = {}, {}
-        for m in self.exit_layers if layers is None else layers:
+        for m in self.head_layers if layers is None else layers:
             embeddings[m], logits[m] = self.forward_layer(m, all_layer_embeddings[m], attention_mask)
         return embeddings, logits
 
@@ -272,26 +302,27 @@ class MultiExitHeads(Module):
             key: kwargs[key] for key in ("token", "cache_folder", "revision", "local_files_only") if key in kwargs
         }
         config = cls.load_config(model_name_or_path, subfolder=subfolder, **hub_kwargs)
+        if isinstance(config.get("exit_layers"), list):
+            # saved before exit_layers meant the intermediate layers only, the last layer was listed too
+            config["exit_layers"] = [m for m in config["exit_layers"] if m != config.get("num_layers")] or None
         heads = cls(**config)
         weights = cls.load_torch_weights(model_name_or_path, subfolder=subfolder, **hub_kwargs)
         saved_layers = sorted({int(key.split(".")[1]) for key in weights if key.startswith("exits.")})
-        if saved_layers != heads.exit_layers:
+        if saved_layers != heads.head_layers:
             raise ValueError(
-                f"exit_layers: the saved weights hold exit heads on layers {saved_layers} but the saved "
-                f"config declares {heads.exit_layers}"
+                f"exit_layers: the saved weights hold heads on layers {saved_layers} but the saved "
+                f"config declares heads on {heads.head_layers} (exit layers {heads.exit_layers} and the last layer)"
             )
         heads.load_state_dict(weights)
         return heads
 
 
 def _check_expected_layers(heads: MultiExitHeads, exit_layers: Sequence[int] | None) -> None:
-    if exit_layers is None:
-        return
-    expected = sorted(set(int(m) for m in exit_layers) | {heads.num_layers})
-    if expected != heads.exit_layers:
+    expected = check_exit_layers(exit_layers, heads.num_layers)
+    if expected is not None and expected != heads.exit_layers:
         raise ValueError(
-            f"exit_layers: expected exit heads on layers {expected} ({len(expected)} heads), "
-            f"the model has {len(heads.exit_layers)} heads on layers {heads.exit_layers}"
+            f"exit_layers: expected exits on layers {expected}, the model has exits on layers {heads.exit_layers} "
+            f"(and the final classifier on layer {heads.num_layers})"
         )
 
 
@@ -303,7 +334,8 @@ def add_exit_heads(
     **kwargs: Any,
 ) -> MultiExitHeads:
     """Create :class:`MultiExitHeads` matching ``model`` (hidden size, depth, pooling mode, normalisation),
-    append it to ``model`` and return it. ``exit_layers`` are 1-based; default: every layer."""
+    append it to ``model`` and return it. ``exit_layers``: 1-based intermediate layers (default:
+    every layer below the last); the final classifier on the last layer is always added."""
     if find_exit_heads(model) is not None:
         raise ValueError("model: already has exit heads; use get_exit_heads(model)")
     encoder = LayerwiseEncoder.from_model(model)
@@ -361,12 +393,12 @@ def copy_label_head(heads: MultiExitHeads, label_head: LabelEmbeddingClassifier,
 def tie_exits_to_label_head(heads: MultiExitHeads, label_head: LabelEmbeddingClassifier) -> None:
     """Give every (linear) exit a copy of one shared label head: the AdaptiveLayerLoss baseline,
     where one classifier reads the pooled embedding of any layer."""
-    copy_label_head(heads, label_head, heads.exit_layers)
+    copy_label_head(heads, label_head, heads.head_layers)
 
 
 def get_exit_heads(model: nn.Module, exit_layers: Sequence[int] | None = None) -> MultiExitHeads:
     """The model's exit heads; ValueError when missing, when they do not fit the encoder, or when
-    ``exit_layers`` (expected head layers) does not match the saved heads."""
+    ``exit_layers`` (the expected intermediate exit layers) does not match the saved heads."""
     heads = find_exit_heads(model)
     if heads is None:
         raise ValueError("model: has no exit heads; add them with add_exit_heads(model, label_names, ...)")

@@ -36,19 +36,19 @@ from torch import Tensor, nn
 
 from contrastive_bert.encoder import LayerwiseEncoder, PreparedMask, transformer_module
 from contrastive_bert.heads.exits import MultiExitHeads, get_exit_heads, load_multi_exit_model
-from contrastive_bert.inference.exit_criteria import ExitCriterion, criterion_class, get_criterion
+from contrastive_bert.inference.exit_criteria import DEFAULT_CRITERION, MAX_ACCURACY_LOSS, ExitCriterion, criterion_class, get_criterion
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EarlyExitClassifier", "EarlyExitResult", "default_settings", "sweep_thresholds"]
+__all__ = ["EarlyExitClassifier", "EarlyExitResult", "choose_on_dev", "default_settings", "sweep_thresholds"]
 
 
 @dataclass
 class EarlyExitResult:
     """Predictions of an early-exit run.
 
-    predictions (n,) class ids, probabilities (n, K) at the exit taken, exit_layers (n,) the layer
-    each example exited at, batch_avg_layers the mean layers per batch, avg_layers overall,
+    predictions (n,) class ids, probabilities (n, K) at the exit taken, layers_used (n,) the layer
+    each example left at (the last layer for rows that ran all layers), batch_avg_layers the mean layers per batch, avg_layers overall,
     seconds wall time (tokenisation included), throughput in sentences/s; cpu_seconds the CPU
     time of this process over the same span and cpu_throughput sentences per CPU-second (with
     one torch thread, robust to other processes loading the machine).
@@ -56,7 +56,7 @@ class EarlyExitResult:
 
     predictions: np.ndarray
     probabilities: np.ndarray
-    exit_layers: np.ndarray
+    layers_used: np.ndarray
     label_names: list[str]
     batch_avg_layers: list[float] = field(default_factory=list)
     seconds: float = 0.0
@@ -64,7 +64,7 @@ class EarlyExitResult:
 
     @property
     def avg_layers(self) -> float:
-        return float(self.exit_layers.mean()) if len(self.exit_layers) else 0.0
+        return float(self.layers_used.mean()) if len(self.layers_used) else 0.0
 
     @property
     def throughput(self) -> float:
@@ -101,7 +101,7 @@ class EarlyExitClassifier:
     def __init__(
         self,
         model: nn.Module,
-        criterion: str | ExitCriterion = "confidence",
+        criterion: str | ExitCriterion = DEFAULT_CRITERION,
         threshold: float | int | None = None,
         batch_size: int = 32,
         trim_padding: bool = True,
@@ -129,7 +129,7 @@ class EarlyExitClassifier:
 
     @classmethod
     def from_pretrained(
-        cls, path: str, criterion: str | ExitCriterion = "confidence", threshold: float | int | None = None,
+        cls, path: str, criterion: str | ExitCriterion = DEFAULT_CRITERION, threshold: float | int | None = None,
         device: str | None = None, **kwargs: Any,
     ) -> EarlyExitClassifier:
         """Load a saved multi-exit model (e.g. ``<output_dir>/final`` of a two-stage recipe)."""
@@ -143,7 +143,7 @@ class EarlyExitClassifier:
     def device(self) -> torch.device:
         return next(self.heads.parameters()).device
 
-    def _tokenize(self, texts: list[str]) -> dict[str, Tensor]:
+    def tokenize(self, texts: list[str]) -> dict[str, Tensor]:
         """Token ids, attention mask (and token types) (b, T), as ``model.preprocess`` gives them."""
         if self.tokenizer is None:
             features = self.model.preprocess(texts)
@@ -173,7 +173,7 @@ class EarlyExitClassifier:
         with torch.inference_mode():
             for begin in range(0, n, span):
                 rows = order[begin : begin + span]
-                batches = [self._tokenize([texts[i] for i in rows[b : b + self.batch_size]])
+                batches = [self.tokenize([texts[i] for i in rows[b : b + self.batch_size]])
                            for b in range(0, len(rows), self.batch_size)]
                 probs, used = step(batches)
                 probs_np, used_np = probs.float().cpu().numpy(), used.cpu().numpy()
@@ -261,7 +261,7 @@ class EarlyExitClassifier:
         last = self.encoder.num_layers
         groups: Iterable[_RunningRows] = self._embedded(batches)
         start = 1
-        for layer in self.heads.exit_layers:
+        for layer in self.heads.head_layers:
             running: list[_RunningRows] = []
             for group in groups:
                 mask = group.mask if group.mask is not None else self.encoder.prepare_mask(group.hidden, group.padding)
@@ -353,3 +353,19 @@ def sweep_thresholds(
              **measure(lambda: classifier.predict(texts))}
         )
     return out
+
+
+def choose_on_dev(dev: dict[str, Any], max_loss: float = MAX_ACCURACY_LOSS) -> dict[str, Any] | None:
+    """The early-exit setting to use, chosen on a dev sweep (a :func:`sweep_thresholds` result):
+    the fastest, i.e. the fewest average layers (a count, unlike throughput not swayed by a loaded
+    machine), among the settings whose accuracy is within ``max_loss`` points of the full model's;
+    ties go to the higher accuracy, then to the earlier setting. None when no setting qualifies.
+    Returns the setting's sweep entry with ``full_accuracy`` and ``accuracy_loss`` added."""
+    if isinstance(max_loss, bool) or not isinstance(max_loss, (int, float)) or max_loss < 0:
+        raise ValueError(f"max_loss: expected a number of points >= 0, got {max_loss!r}")
+    full = dev["full"]["accuracy"]
+    within = [s for s in dev["sweep"] if s["accuracy"] >= full - max_loss - 1e-9]
+    if not within:
+        return None
+    best = min(within, key=lambda s: (s["avg_layers"], -s["accuracy"]))
+    return {**best, "full_accuracy": full, "accuracy_loss": round(full - best["accuracy"], 2)}

@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_CRITERION",
+    "MAX_ACCURACY_LOSS",
     "ExitCriterion",
     "criterion_class",
     "criterion_names",
@@ -31,6 +32,8 @@ __all__ = [
 ]
 
 DEFAULT_CRITERION = "margin"
+# The accuracy (points) an early-exit setting may lose against the full model on dev and still be chosen.
+MAX_ACCURACY_LOSS = 1.0
 
 
 class ExitCriterion:

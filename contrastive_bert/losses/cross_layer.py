@@ -39,7 +39,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrastive_bert.encoder import LayerwiseEncoder, transformer_module
-from contrastive_bert.heads.exits import EXIT_HEAD_TYPES, MultiExitHeads, add_exit_heads, exit_outputs, find_exit_heads
+from contrastive_bert.heads.exits import (
+    EXIT_HEAD_TYPES,
+    MultiExitHeads,
+    add_exit_heads,
+    check_exit_layers,
+    exit_outputs,
+    find_exit_heads,
+)
 from contrastive_bert.heads.label_embedding import find_label_head
 from contrastive_bert.losses.acl_embed import ACLEmbedLoss
 from contrastive_bert.losses.supcon import SUPCON_CITATION, check_labels, label_anchored_supcon
@@ -135,10 +142,10 @@ class CrossLayerLoss(nn.Module):
         })
         self.model = model
         heads = self._attach_heads(model, exit_layers, exit_head, head_dim, num_heads, label_names, freeze_backbone)
-        weights = {m: 1.0 for m in heads.intermediate_layers}
+        weights = {m: 1.0 for m in heads.exit_layers}
         for layer, value in (exit_weights or {}).items():
             if layer not in weights:
-                raise ValueError(f"exit_weights: layer {layer} is not an intermediate exit {heads.intermediate_layers}")
+                raise ValueError(f"exit_weights: layer {layer} is not an intermediate exit {heads.exit_layers}")
             weights[layer] = float(value)
         self.exit_weights = weights
         self.method = method
@@ -159,14 +166,7 @@ class CrossLayerLoss(nn.Module):
             raise ValueError(f"loss_options.method: expected one of {', '.join(CROSS_LAYER_METHODS)}, got {options['method']!r}")
         if "exit_head" in options and options["exit_head"] not in EXIT_HEAD_TYPES:
             raise ValueError(f"loss_options.exit_head: expected one of {', '.join(EXIT_HEAD_TYPES)}, got {options['exit_head']!r}")
-        layers = options.get("exit_layers")
-        if layers is not None:
-            if isinstance(layers, (str, bytes)) or not isinstance(layers, Sequence) or not layers or any(
-                isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in layers
-            ):
-                raise ValueError(f"loss_options.exit_layers: expected a non-empty list of layer numbers >= 1, got {layers!r}")
-            if len(set(layers)) != len(layers):
-                raise ValueError(f"loss_options.exit_layers: a layer is listed twice in {list(layers)}")
+        check_exit_layers(options.get("exit_layers"), name="loss_options.exit_layers")
         _number(options, "head_dim", "a positive integer", lambda v: v >= 1, integer=True)
         _number(options, "num_heads", "a positive integer", lambda v: v >= 1, integer=True)
         num_heads = options.get("num_heads", 4)
@@ -180,30 +180,15 @@ class CrossLayerLoss(nn.Module):
             if name in options and not isinstance(options[name], bool):
                 raise ValueError(f"loss_options.{name}: expected true or false, got {options[name]!r}")
 
-    @staticmethod
-    def check_exit_layers(exit_layers: Sequence[int] | None, num_layers: int) -> None:
-        """Exit layers must lie below the last layer (whose exit is the final classifier)."""
-        if exit_layers is None:
-            return
-        if num_layers in exit_layers:
-            raise ValueError(
-                f"loss_options.exit_layers: layer {num_layers} is the last layer, whose exit is the final classifier "
-                f"(it would be there twice); list layers in [1, {num_layers - 1}]"
-            )
-        bad = [m for m in exit_layers if not 1 <= m < num_layers]
-        if bad:
-            raise ValueError(f"loss_options.exit_layers: layers {bad} are out of range; the encoder has {num_layers} layers, exits go on [1, {num_layers - 1}]")
-
     def _attach_heads(self, model, exit_layers, exit_head, head_dim, num_heads, label_names, freeze_backbone) -> MultiExitHeads:
         heads = find_exit_heads(model)
         num_layers = LayerwiseEncoder.from_model(model).num_layers
-        self.check_exit_layers(exit_layers, num_layers)
+        exit_layers = check_exit_layers(exit_layers, num_layers, name="loss_options.exit_layers")
         if heads is not None and exit_layers is None:
             return heads
         if heads is not None:
-            expected = sorted(set(exit_layers) | {num_layers})
-            if expected != heads.exit_layers:
-                raise ValueError(f"exit_layers: the model's exit heads are on layers {heads.exit_layers}, expected {expected}")
+            if exit_layers != heads.exit_layers:
+                raise ValueError(f"exit_layers: the model's exits are on layers {heads.exit_layers}, expected {exit_layers}")
             return heads
         label_head = find_label_head(model)
         if label_head is None and (freeze_backbone or label_names is None):
@@ -212,12 +197,11 @@ class CrossLayerLoss(nn.Module):
                 "'acl') or pass label_names with freeze_backbone=false"
             )
         names = list(label_names) if label_names is not None else list(label_head.label_names)
-        layers = list(exit_layers) if exit_layers is not None else list(range(1, num_layers))
-        return add_exit_heads(model, names, exit_layers=layers, head_type=exit_head, exit_dim=head_dim, num_heads=num_heads)
+        return add_exit_heads(model, names, exit_layers=exit_layers, head_type=exit_head, exit_dim=head_dim, num_heads=num_heads)
 
     def _freeze_all_but_students(self, heads: MultiExitHeads) -> None:
         """requires_grad only on the intermediate exits (the optimizer then skips the rest)."""
-        trainable = {id(p) for m in heads.intermediate_layers for p in heads.exit(m).parameters()}
+        trainable = {id(p) for m in heads.exit_layers for p in heads.exit(m).parameters()}
         if not trainable:
             raise ValueError("exit_layers: no intermediate exits to train with a frozen backbone")
         for param in self.model.parameters():
@@ -298,7 +282,7 @@ class CrossLayerLoss(nn.Module):
         heads = self.heads
         return {
             "method": self.method,
-            "exit_layers": heads.intermediate_layers,
+            "exit_layers": heads.exit_layers,
             "exit_head": heads.head_type,
             "head_dim": heads.exit_dim,
             "temperature": self.temperature,

@@ -22,14 +22,15 @@ __all__ = ["evaluate_exits"]
 
 @torch.no_grad()
 def evaluate_exits(model: nn.Module, texts: Sequence[str], labels: Sequence[int], batch_size: int = 64) -> dict[int, float]:
-    """Accuracy (percent) of every exit of ``model`` on (texts, labels): {layer: accuracy}.
+    """Accuracy (percent) of every head of ``model`` (each exit and the final classifier) on
+    (texts, labels): {layer: accuracy}.
     One forward per batch gives every exit's logits."""
     if len(texts) != len(labels) or len(texts) == 0:
         raise ValueError(f"texts/labels: need equal non-zero lengths, got {len(texts)} and {len(labels)}")
     heads = get_exit_heads(model)
     was_training = model.training
     model.eval()
-    correct = {m: 0 for m in heads.exit_layers}
+    correct = {m: 0 for m in heads.head_layers}
     device = next(heads.parameters()).device
     try:
         for start in range(0, len(texts), batch_size):
@@ -37,7 +38,7 @@ def evaluate_exits(model: nn.Module, texts: Sequence[str], labels: Sequence[int]
             features = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
             gold = torch.as_tensor(list(labels[start : start + batch_size]), device=device)
             logits = exit_outputs(model, features)["exit_logits"]
-            for m in heads.exit_layers:
+            for m in heads.head_layers:
                 correct[m] += int((logits[m].argmax(-1) == gold).sum())
     finally:
         model.train(was_training)

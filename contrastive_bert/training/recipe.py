@@ -13,7 +13,8 @@ MIXED_PRECISION = ("no", "fp16", "bf16", "auto")
 RECIPE_FILE = "recipe.json"
 # Fields a resumed run may change (a logged override): how long to train, how often to log/save,
 # where the data and the run folder live. Any other field differing from the recorded recipe is an error.
-RESUME_OVERRIDABLE = ("max_steps", "epochs", "eval_steps", "save_steps", "save_total_limit", "logging_steps", "data_dir", "output_dir")
+RESUME_OVERRIDABLE = ("max_steps", "epochs", "eval_steps", "save_steps", "save_total_limit", "logging_steps", "max_eval_samples",
+                      "data_dir", "output_dir")
 RUN_CONTROL = ("overwrite", "resume")  # how to start this invocation, not part of the run
 
 
@@ -38,6 +39,7 @@ class TrainingRecipe:
     seed: int = 42
     max_seq_length: int | None = 128
     max_train_samples: int | None = None
+    max_eval_samples: int | None = None
     min_pair_score: float = 0.8
     labelled_negatives: bool = False
     dev_task: str | None = "stsb"
@@ -92,6 +94,10 @@ class TrainingRecipe:
             raise ValueError(f"max_seq_length: expected at least 2 tokens, got {self.max_seq_length!r}")
         if self.max_train_samples is not None and self.max_train_samples < 1:
             raise ValueError(f"max_train_samples: expected a positive integer, got {self.max_train_samples!r}")
+        if self.max_eval_samples is not None and (
+            isinstance(self.max_eval_samples, bool) or not isinstance(self.max_eval_samples, int) or self.max_eval_samples < 0
+        ):
+            raise ValueError(f"max_eval_samples: expected a non-negative integer (0 skips the evaluation), got {self.max_eval_samples!r}")
         if self.freeze_layers < 0:
             raise ValueError(f"freeze_layers: expected a non-negative number of layers, got {self.freeze_layers!r}")
         if self.max_grad_norm is not None and self.max_grad_norm < 0:

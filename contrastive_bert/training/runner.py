@@ -34,6 +34,7 @@ class TrainingOutcome:
     after: dict = field(default_factory=dict)
     log_history: list = field(default_factory=list)
     train_seconds: float = 0.0
+    already_finished: bool = False
 
 
 def _precision_flags(mixed_precision: str) -> dict[str, bool]:
@@ -194,6 +195,57 @@ def check_recipe(recipe: TrainingRecipe):
     return entry, checkpoint
 
 
+def check_enough_rows(train_dataset, recipe: TrainingRecipe) -> None:
+    """A training set smaller than one batch trains 0 steps (the last partial batch is dropped):
+    refuse it before anything loads or is written, naming the data, its rows and the batch size."""
+    rows, needed = len(train_dataset), recipe.batch_size
+    if rows < needed:
+        cut = f", cut by --max-train-samples {recipe.max_train_samples}" if recipe.max_train_samples is not None else ""
+        raise ValueError(
+            f"datasets: {', '.join(recipe.datasets)} gives {rows} training rows{cut}, fewer than one batch of "
+            f"{needed} (--batch-size): nothing would be trained; add rows or lower --batch-size"
+        )
+
+
+def finished_run(recipe: TrainingRecipe) -> dict | None:
+    """The results of a finished run in ``recipe.output_dir`` that ``recipe`` (a resume) would only
+    repeat: ``final/`` and ``results.json`` saved with the same ``max_steps`` and ``epochs``. None
+    otherwise (a resume that raises ``--max-steps`` or ``--epochs`` trains on)."""
+    output_dir = Path(recipe.output_dir)
+    results_file = output_dir / RESULTS_FILE
+    if not (results_file.is_file() and (output_dir / FINAL_MODEL / "modules.json").is_file()):
+        return None
+    try:
+        results = json.loads(results_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return None
+    recorded = results.get("recipe", {}) if isinstance(results, dict) else {}
+    if recorded.get("max_steps") != recipe.max_steps or float(recorded.get("epochs", -1)) != float(recipe.epochs):
+        return None
+    return results
+
+
+def _cut(data, rows: int):
+    """Every split of a loaded data set cut to ``rows`` rows, shuffled with seed 0 (a classification
+    test split is often sorted by label: its first rows would hold a few classes)."""
+    return {name: split.shuffle(seed=0).select(range(min(rows, len(split)))) for name, split in data.items()}
+
+
+def evaluate_recipe_tasks(model, recipe: TrainingRecipe) -> dict:
+    """Scores on ``recipe.eval_tasks`` (test split), each split cut to ``max_eval_samples`` rows; {}
+    for no tasks or ``max_eval_samples`` 0."""
+    from contrastive_bert.data import load_dataset
+    from contrastive_bert.evaluation.tasks import evaluate_tasks
+
+    if not recipe.eval_tasks or recipe.max_eval_samples == 0:
+        return {}
+    data = None
+    if recipe.max_eval_samples is not None:
+        data = {task: _cut(load_dataset(task, data_dir=recipe.data_dir), recipe.max_eval_samples)
+                for task in recipe.eval_tasks}
+    return evaluate_tasks(model, recipe.eval_tasks, data_dir=recipe.data_dir, data=data)
+
+
 def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutcome:
     """Train per ``recipe``: evaluate before, train with checkpoints, save ``<output_dir>/final``,
     evaluate after, and write ``<output_dir>/results.json``. A recipe with ``stages`` runs them in
@@ -203,8 +255,12 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
 
         return TrainingOutcome(**train_stages(recipe, run_stage=train, callbacks=callbacks))
     entry, checkpoint = check_recipe(recipe)  # before the heavy imports below: bad input fails in a second
-    from contrastive_bert.evaluation.tasks import evaluate_tasks
+    if recipe.resume and (results := finished_run(recipe)) is not None:
+        logger.info("resume: %s finished already (step %s); nothing to do", recipe.output_dir, results.get("global_step"))
+        return TrainingOutcome(None, str(recipe.output_dir), results.get("before", {}), results.get("after", {}),
+                               train_seconds=results.get("train_seconds", 0.0), already_finished=True)
     from contrastive_bert.models import load_model
+    from contrastive_bert.training.model_card import note_custom_modules
     from contrastive_bert.training.task_evaluator import TaskEvaluator
     from contrastive_bert.training.train_data import build_train_dataset
 
@@ -213,6 +269,7 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
         recipe.datasets, entry.data_format, data_dir=recipe.data_dir, min_pair_score=recipe.min_pair_score,
         max_samples=recipe.max_train_samples, seed=recipe.seed, labelled_negatives=recipe.labelled_negatives,
     )
+    check_enough_rows(train_dataset, recipe)
     evaluator = TaskEvaluator(recipe.dev_task, data_dir=recipe.data_dir) if recipe.dev_task else None
     model = load_model(recipe.model)
     if recipe.max_seq_length is not None:
@@ -226,7 +283,7 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
     if checkpoint and before_file.is_file():
         before = json.loads(before_file.read_text())
     else:
-        before = evaluate_tasks(model, recipe.eval_tasks, data_dir=recipe.data_dir) if recipe.eval_tasks else {}
+        before = evaluate_recipe_tasks(model, recipe)
         write_json(before_file, before)
 
     loss = entry.build(model, train_dataset, recipe)
@@ -237,7 +294,8 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
     )
     seconds = time.perf_counter() - start
     model.save(str(output_dir / FINAL_MODEL))
-    after = evaluate_tasks(model, recipe.eval_tasks, data_dir=recipe.data_dir) if recipe.eval_tasks else {}
+    note_custom_modules(output_dir / FINAL_MODEL)
+    after = evaluate_recipe_tasks(model, recipe)
     results = {"recipe": recipe.recorded(), "before": before, "after": after, "train_seconds": seconds,
                "train_rows": len(train_dataset), "global_step": trainer.state.global_step}
     write_json(output_dir / RESULTS_FILE, results)

@@ -39,12 +39,12 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["check_stages", "stage_recipes", "train_stages"]
 
+# The shuffle that picks --max-eval-samples rows (the same in every run and in early-exit --max-samples).
+EVAL_SAMPLE_SEED = 0
 # Losses after which the model carries a classifier (label head or exit heads).
 CLASSIFIER_LOSSES = ("acl", "cross_layer")
 # Fields of the whole run: never set per stage.
 RUN_FIELDS = ("stages", "output_dir", "overwrite", "resume")
-# Test rows of the final multi-exit evaluation (None = the whole test split).
-EVAL_ROWS: int | None = None
 
 
 def stage_folder(output_dir: str | Path, index: int) -> Path:
@@ -136,10 +136,10 @@ def check_stages(recipe: TrainingRecipe) -> list[TrainingRecipe]:
                     f"train one in a stage before it with loss 'acl'"
                 )
             if depth is not None:
-                from contrastive_bert.losses.cross_layer import CrossLayerLoss
+                from contrastive_bert.heads.exits import check_exit_layers
 
                 try:
-                    CrossLayerLoss.check_exit_layers(stage.loss_options.get("exit_layers"), depth)
+                    check_exit_layers(stage.loss_options.get("exit_layers"), depth, name="loss_options.exit_layers")
                 except ValueError as error:
                     raise ValueError(f"stages[{index}].{error}") from None
         has_classifier = has_classifier or stage.loss in CLASSIFIER_LOSSES
@@ -164,7 +164,9 @@ def _stage_state(recipe: TrainingRecipe) -> str:
 
 def evaluate_multi_exit(model: Any, recipe: TrainingRecipe) -> dict[str, Any]:
     """Test accuracy of every exit and the early-exit sweep at the default criterion (full model,
-    each threshold: accuracy, average layers, throughput) on the test split of the recipe's data set."""
+    each threshold: accuracy, average layers, throughput) on the test split of the recipe's data set,
+    cut to ``recipe.max_eval_samples`` rows (shuffled with seed 0: the rows ``contrastive-bert
+    early-exit --sweep --max-samples`` reads) when set."""
     from contrastive_bert.data import load_dataset
     from contrastive_bert.inference.early_exit import default_settings, sweep_thresholds
     from contrastive_bert.inference.exit_criteria import DEFAULT_CRITERION
@@ -172,8 +174,8 @@ def evaluate_multi_exit(model: Any, recipe: TrainingRecipe) -> dict[str, Any]:
 
     name = recipe.datasets[0]
     test = load_dataset(name, split="test", data_dir=recipe.data_dir)
-    if EVAL_ROWS is not None:
-        test = test.select(range(min(EVAL_ROWS, len(test))))
+    if recipe.max_eval_samples is not None:
+        test = test.shuffle(seed=EVAL_SAMPLE_SEED).select(range(min(recipe.max_eval_samples, len(test))))
     texts, labels = list(test["text"]), list(test["label"])
     accuracy = evaluate_exits(model, texts, labels, batch_size=recipe.batch_size)
     last = max(accuracy)
@@ -194,9 +196,18 @@ def train_stages(recipe: TrainingRecipe, run_stage: Callable[..., Any], callback
     callbacks=...)`` (the runner's ``train``); returns the fields of the run's ``TrainingOutcome``
     (the final model, the combined results under ``<output_dir>``)."""
     from contrastive_bert.heads.exits import find_exit_heads
+    from contrastive_bert.training.model_card import note_custom_modules
 
     recipes = check_stages(recipe)
     output_dir = Path(recipe.output_dir)
+    if recipe.resume and (output_dir / RESULTS_FILE).is_file() and (output_dir / FINAL_MODEL).is_dir() \
+            and all(_stage_state(stage) == "done" for stage in recipes):
+        results = json.loads((output_dir / RESULTS_FILE).read_text(encoding="utf-8"))
+        logger.info("resume: every stage of %s finished already; nothing to do", output_dir)
+        stages = results.get("stages") or [{}]
+        return {"model": None, "output_dir": str(output_dir), "before": stages[0].get("before", {}),
+                "after": stages[-1].get("after", {}), "train_seconds": results.get("train_seconds", 0.0),
+                "already_finished": True}
     if recipe.overwrite:
         clear_run(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -219,6 +230,7 @@ def train_stages(recipe: TrainingRecipe, run_stage: Callable[..., Any], callback
     if final.exists():
         shutil.rmtree(final)
     shutil.copytree(Path(recipes[-1].output_dir) / FINAL_MODEL, final)
+    note_custom_modules(final)
     if outcome is None:  # every stage was done already: the final model for the evaluation
         from contrastive_bert.models import load_model
 
@@ -227,7 +239,7 @@ def train_stages(recipe: TrainingRecipe, run_stage: Callable[..., Any], callback
         model, after = outcome.model, outcome.after
     results: dict[str, Any] = {"recipe": recipe.recorded(), "stages": stage_results,
                                "train_seconds": sum(r.get("train_seconds", 0.0) for r in stage_results)}
-    if find_exit_heads(model) is not None:
+    if find_exit_heads(model) is not None and recipe.max_eval_samples != 0:
         results["multi_exit"] = evaluate_multi_exit(model, recipes[-1])
     write_json(output_dir / RESULTS_FILE, results)
     logger.info("staged run done in %.0fs: %s", time.perf_counter() - start, output_dir)

@@ -12,6 +12,7 @@ from contrastive_bert.heads.exits import (
     MHAExit,
     MultiExitHeads,
     add_exit_heads,
+    check_exit_layers,
     copy_label_head,
     exit_outputs,
     get_exit_heads,
@@ -40,7 +41,8 @@ def tiny4(_tiny4_session):
 @pytest.mark.parametrize("head_type", ["linear", "mha"])
 def test_exit_outputs_shapes(tiny4, head_type):
     heads = add_exit_heads(tiny4, LABELS, exit_layers=[1, 3], head_type=head_type)
-    assert heads.exit_layers == [1, 3, 4]  # the last layer always has the (linear) final exit
+    assert heads.exit_layers == [1, 3]  # intermediate layers only
+    assert heads.head_layers == [1, 3, 4]  # the last layer always has the (linear) final exit
     assert isinstance(heads.final_exit, LinearExit)
     assert isinstance(heads.exit(1), MHAExit if head_type == "mha" else LinearExit)
     out = exit_outputs(tiny4, tiny4.preprocess(TEXTS))
@@ -135,27 +137,54 @@ def test_save_reload_equal_and_sentence_transformer_loading(tiny4, tmp_path):
 
 
 def test_exit_layer_out_of_range(tiny4):
-    with pytest.raises(ValueError, match="exit_layers"):
+    with pytest.raises(ValueError, match=r"exit_layers: expected a non-empty list of layer numbers >= 1"):
         add_exit_heads(tiny4, LABELS, exit_layers=[0, 2])
-    with pytest.raises(ValueError, match="exit_layers"):
+    with pytest.raises(ValueError, match=r"exit_layers: layers \[5\] are out of range; the encoder has 4 layers"):
         add_exit_heads(tiny4, LABELS, exit_layers=[5])
     with pytest.raises(ValueError, match="head_type"):
         add_exit_heads(tiny4, LABELS, head_type="conv")
-    with pytest.raises(ValueError, match="exit_layers"):
+    with pytest.raises(ValueError, match="exit_layers: a layer is listed twice"):
         MultiExitHeads(32, LABELS, num_layers=4, exit_layers=[2, 2])
+
+
+def test_exit_layers_are_intermediate_layers_only(tiny4):
+    """One convention: the last layer is never listed (its exit, the final classifier, is implicit)."""
+    with pytest.raises(ValueError, match=r"exit_layers: layer 4 is the last layer, whose exit \(the final classifier\)"):
+        add_exit_heads(tiny4, LABELS, exit_layers=[2, 4])
+    heads = MultiExitHeads(32, LABELS, num_layers=4)  # default: every layer below the last
+    assert heads.exit_layers == [1, 2, 3] and heads.head_layers == [1, 2, 3, 4]
+    assert check_exit_layers([3, 1], 4) == [1, 3] and check_exit_layers(None, 4) is None
+    assert check_exit_layers([7, 9]) == [7, 9]  # no depth: the form only
+    with pytest.raises(ValueError, match=r"^loss_options\.exit_layers: expected a non-empty list"):
+        check_exit_layers("2", name="loss_options.exit_layers")
+    with pytest.raises(ValueError, match="expected a non-empty list"):
+        check_exit_layers([])
+
+
+def test_heads_saved_with_the_last_layer_listed_still_load(tiny4, tmp_path):
+    """Models saved before the convention listed the last layer in exit_layers: they load as before."""
+    add_exit_heads(tiny4, LABELS, exit_layers=[1, 3])
+    tiny4.save(str(tmp_path / "m"))
+    folder = next((tmp_path / "m").glob("*_MultiExitHeads"))
+    config = json.loads((folder / "config.json").read_text())
+    assert config["exit_layers"] == [1, 3]
+    config["exit_layers"] = [1, 3, 4]  # the old spelling
+    (folder / "config.json").write_text(json.dumps(config))
+    heads = get_exit_heads(load_multi_exit_model(tmp_path / "m", exit_layers=[1, 3]))
+    assert heads.exit_layers == [1, 3] and heads.head_layers == [1, 3, 4]
 
 
 def test_head_count_mismatch_with_saved_model(tiny4, tmp_path):
     add_exit_heads(tiny4, LABELS, exit_layers=[1, 2, 3])
     tiny4.save(str(tmp_path / "m"))
-    with pytest.raises(ValueError, match="exit_layers: expected exit heads on layers \\[1, 4\\]"):
+    with pytest.raises(ValueError, match="exit_layers: expected exits on layers \\[1\\], the model has exits on layers \\[1, 2, 3\\]"):
         load_multi_exit_model(tmp_path / "m", exit_layers=[1])
     # weights that hold other heads than the config declares
     folder = next((tmp_path / "m").glob("*_MultiExitHeads"))
     config = json.loads((folder / "config.json").read_text())
     config["exit_layers"] = [1, 2]
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="exit_layers: the saved weights hold exit heads on layers \\[1, 2, 3, 4\\]"):
+    with pytest.raises(ValueError, match="exit_layers: the saved weights hold heads on layers \\[1, 2, 3, 4\\]"):
         load_multi_exit_model(tmp_path / "m")
     # heads built for another depth than the encoder
     del tiny4[len(tiny4) - 1]

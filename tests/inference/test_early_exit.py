@@ -12,7 +12,7 @@ import torch
 
 from contrastive_bert.encoder import LayerwiseEncoder
 from contrastive_bert.heads.exits import add_exit_heads, exit_outputs
-from contrastive_bert.inference.early_exit import EarlyExitClassifier, sweep_thresholds
+from contrastive_bert.inference.early_exit import EarlyExitClassifier, choose_on_dev, sweep_thresholds
 from contrastive_bert.inference.exit_criteria import ExitCriterion, get_criterion, register_criterion
 
 LABELS = ["a", "b", "c"]
@@ -54,7 +54,7 @@ def test_no_early_exit_equals_full_model(multi_exit, criterion, threshold):
     classifier = EarlyExitClassifier(multi_exit, criterion, threshold, batch_size=5)
     early = classifier.predict(TEXTS)
     full = classifier.predict_full(TEXTS)
-    assert (early.exit_layers == 4).all() and early.avg_layers == 4.0
+    assert (early.layers_used == 4).all() and early.avg_layers == 4.0
     assert (early.predictions == full.predictions).all()
     torch.testing.assert_close(torch.from_numpy(early.probabilities), torch.from_numpy(full.probabilities),
                                atol=1e-5, rtol=1e-5)
@@ -76,7 +76,7 @@ def test_each_example_answered_by_its_exit(multi_exit, criterion, threshold, reg
         logits = exit_outputs(multi_exit, multi_exit.preprocess(TEXTS))["exit_logits"]
     probs = {m: logits[m].softmax(-1) for m in logits}
     history = torch.stack([probs[m].argmax(-1) for m in (1, 2, 3, 4)], dim=1)
-    for i, layer in enumerate(result.exit_layers.tolist()):
+    for i, layer in enumerate(result.layers_used.tolist()):
         torch.testing.assert_close(torch.from_numpy(result.probabilities[i]), probs[layer][i], atol=1e-4, rtol=1e-4)
         for m in (1, 2, 3):
             fired = bool(classifier.criterion.should_exit(probs[m][i : i + 1], history[i : i + 1, :m]))
@@ -84,9 +84,9 @@ def test_each_example_answered_by_its_exit(multi_exit, criterion, threshold, reg
                 assert not fired, (i, m, layer)
             elif m == layer:
                 assert fired, (i, m, layer)
-    assert len(set(result.exit_layers.tolist())) >= 2  # the settings make rows exit at different layers
+    assert len(set(result.layers_used.tolist())) >= 2  # the settings make rows exit at different layers
     assert len(result.batch_avg_layers) == 2
-    assert result.avg_layers == pytest.approx(result.exit_layers.mean())
+    assert result.avg_layers == pytest.approx(result.layers_used.mean())
 
 
 def _layer_calls(model, criterion, threshold, batch_size=12, regroup=True) -> tuple[list[tuple[int, int]], object]:
@@ -106,7 +106,7 @@ def _layer_calls(model, criterion, threshold, batch_size=12, regroup=True) -> tu
 
 def test_exited_rows_are_not_computed(multi_exit):
     calls, result = _layer_calls(multi_exit, "confidence", 0.0)
-    assert (result.exit_layers == 1).all()  # max p > 0 always: every row exits at layer 1
+    assert (result.layers_used == 1).all()  # max p > 0 always: every row exits at layer 1
     assert calls == [(1, 12)]  # layers 2-4 never ran
 
 
@@ -117,8 +117,8 @@ def test_rows_shrink_layer_by_layer(multi_exit):
         rows_per_layer[layer] = rows_per_layer.get(layer, 0) + rows
     assert 0 < rows_per_layer[4] < 12  # some rows stopped early, some ran all layers
     for layer in range(1, 5):
-        assert rows_per_layer.get(layer, 0) == int((result.exit_layers >= layer).sum())
-    assert sum(rows_per_layer.values()) == int(result.exit_layers.sum())
+        assert rows_per_layer.get(layer, 0) == int((result.layers_used >= layer).sum())
+    assert sum(rows_per_layer.values()) == int(result.layers_used.sum())
 
 
 def test_regrouping_runs_deeper_layers_on_full_batches(multi_exit):
@@ -127,16 +127,16 @@ def test_regrouping_runs_deeper_layers_on_full_batches(multi_exit):
     on their own. Same answers either way."""
     calls, pooled = _layer_calls(multi_exit, "margin", 0.6, batch_size=3, regroup=True)
     calls_apart, apart = _layer_calls(multi_exit, "margin", 0.6, batch_size=3, regroup=False)
-    assert (pooled.exit_layers == apart.exit_layers).all() and (pooled.predictions == apart.predictions).all()
+    assert (pooled.layers_used == apart.layers_used).all() and (pooled.predictions == apart.predictions).all()
     torch.testing.assert_close(torch.from_numpy(pooled.probabilities), torch.from_numpy(apart.probabilities),
                                atol=1e-5, rtol=1e-5)
-    assert len(set(pooled.exit_layers.tolist())) >= 2  # some rows exit early, some run on
+    assert len(set(pooled.layers_used.tolist())) >= 2  # some rows exit early, some run on
     for layer in range(2, 5):
-        running = int((pooled.exit_layers >= layer).sum())
+        running = int((pooled.layers_used >= layer).sum())
         pooled_sizes = [rows for m, rows in calls if m == layer]
         assert sum(pooled_sizes) == running
         assert pooled_sizes == [3] * (running // 3) + ([running % 3] if running % 3 else [])
-        batches = [pooled.exit_layers[order] for order in _length_order_batches(3)]
+        batches = [pooled.layers_used[order] for order in _length_order_batches(3)]
         apart_sizes = [rows for m, rows in calls_apart if m == layer]
         assert apart_sizes == [int((b >= layer).sum()) for b in batches if (b >= layer).any()]
     assert len(calls) < len(calls_apart)  # fewer, fuller layer calls
@@ -176,14 +176,14 @@ def test_user_criterion_registered_and_used(multi_exit):
     assert "test_entropy" in criterion_names()
     never = EarlyExitClassifier(multi_exit, "test_entropy", 0.0, batch_size=4).predict(TEXTS)
     always = EarlyExitClassifier(multi_exit, "test_entropy", 1.0, batch_size=4).predict(TEXTS)
-    assert (never.exit_layers == 4).all()  # no prediction is one-hot: normalised entropy > 0
-    assert (always.exit_layers == 1).all()  # normalised entropy <= 1 always
+    assert (never.layers_used == 4).all()  # no prediction is one-hot: normalised entropy > 0
+    assert (always.layers_used == 1).all()  # normalised entropy <= 1 always
 
 
 def test_truncated_and_sweep(multi_exit):
     classifier = EarlyExitClassifier(multi_exit, "confidence", batch_size=4)
     truncated = classifier.predict_truncated(TEXTS, 2)
-    assert (truncated.exit_layers == 2).all()
+    assert (truncated.layers_used == 2).all()
     with torch.no_grad():
         logits = exit_outputs(multi_exit, multi_exit.preprocess(TEXTS))["exit_logits"][2]
     assert (truncated.predictions == logits.argmax(-1).numpy()).all()
@@ -252,6 +252,75 @@ def test_cli_classify_and_sweep(multi_exit, tmp_path, capsys):
     assert code == 2 and "threshold" in capsys.readouterr().err
 
 
+def test_choose_on_dev_is_the_fewest_layers_within_the_loss():
+    dev = {"full": {"accuracy": 90.0}, "sweep": [
+        {"criterion": "margin", "threshold": 0.1, "accuracy": 88.5, "avg_layers": 1.5},  # 1.5 points lost: out
+        {"criterion": "margin", "threshold": 0.2, "accuracy": 89.0, "avg_layers": 2.0},  # exactly 1 point: in
+        {"criterion": "confidence", "threshold": 0.9, "accuracy": 89.5, "avg_layers": 2.0},  # same layers, more accurate
+        {"criterion": "patience", "threshold": 2, "accuracy": 90.0, "avg_layers": 3.0},
+    ]}
+    chosen = choose_on_dev(dev)
+    assert (chosen["criterion"], chosen["threshold"], chosen["accuracy_loss"], chosen["full_accuracy"]) == ("confidence", 0.9, 0.5, 90.0)
+    assert choose_on_dev(dev, max_loss=1.5)["threshold"] == 0.1
+    assert choose_on_dev(dev, max_loss=0.4)["criterion"] == "patience"
+    assert choose_on_dev(dev, max_loss=0)["criterion"] == "patience"
+    assert choose_on_dev({"full": {"accuracy": 95.0}, "sweep": dev["sweep"]}) is None
+    with pytest.raises(ValueError, match="max_loss"):
+        choose_on_dev(dev, max_loss=-1)
+
+
+def test_cli_sweep_chooses_on_dev_and_reports_test(multi_exit, tmp_path, capsys):
+    """--sweep measures every setting on the validation split, picks by the dev rule, and measures
+    only that setting on test, at batch 1 and --batch-size, on both clocks."""
+    from contrastive_bert.cli import main
+    from contrastive_bert.data import load_dataset
+
+    multi_exit.save(str(tmp_path / "model"))
+    rows = [{"text": TEXTS[i % len(TEXTS)] + " x" * (i // len(TEXTS)), "label": i % 3} for i in range(60)]
+    data = tmp_path / "labelled.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["early-exit", "--model", str(tmp_path / "model"), "--sweep", "--dataset", str(data), "--criterion",
+            "confidence", "--thresholds", "0.5,1.0", "--batch-size", "4", "--output", str(tmp_path / "sweep.json")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    result = json.loads((tmp_path / "sweep.json").read_text())
+    dev_rows = len(load_dataset(str(data), split="validation"))
+    assert result["dev"]["rows"] == dev_rows and result["dev"]["split"] == "validation"
+    assert [s["threshold"] for s in result["dev"]["sweep"]] == [0.5, 1.0]
+    assert result["dev"]["sweep"][1]["accuracy"] == result["dev"]["full"]["accuracy"]  # 1.0: nobody exits
+    assert result["dev_choice"] == choose_on_dev(result["dev"])
+    assert set(result["test"]) == {"1", "4"}
+    for part in result["test"].values():
+        assert (part["early_exit"]["criterion"], part["early_exit"]["threshold"]) == (
+            result["dev_choice"]["criterion"], result["dev_choice"]["threshold"])
+        assert part["speedup"] == round(part["early_exit"]["throughput"] / part["full"]["throughput"], 2)
+        assert part["cpu_speedup"] == round(part["early_exit"]["cpu_throughput"] / part["full"]["cpu_throughput"], 2)
+    assert f"chosen on dev: confidence {result['dev_choice']['threshold']}" in out and "speed-up CPU" in out
+    # --max-samples (the one row-limit name; --max-examples still accepted) cuts both splits
+    assert main([*argv[:-2], "--max-samples", "5", "--output", str(tmp_path / "five.json")]) == 0
+    five = json.loads((tmp_path / "five.json").read_text())
+    assert five["dev"]["rows"] == 5 and five["test_rows"] == 5
+    assert main([*argv[:-2], "--max-examples", "6", "--output", str(tmp_path / "six.json")]) == 0
+    assert json.loads((tmp_path / "six.json").read_text())["test_rows"] == 6
+    capsys.readouterr()
+    # thresholds without a criterion mean nothing: refused before the model loads
+    assert main(["early-exit", "--model", str(tmp_path / "model"), "--sweep", "--dataset", str(data),
+                 "--thresholds", "0.5"]) == 2
+    assert "thresholds: give --criterion too" in capsys.readouterr().err
+
+
+def test_default_criterion_is_one_constant(multi_exit):
+    """exit_criteria.DEFAULT_CRITERION is the classifier's and the CLI's default."""
+    from contrastive_bert.cli import build_cli
+    from contrastive_bert.inference.exit_criteria import DEFAULT_CRITERION
+
+    assert DEFAULT_CRITERION == "margin"
+    assert EarlyExitClassifier(multi_exit).criterion.name == DEFAULT_CRITERION
+    assert EarlyExitClassifier(multi_exit).threshold == 0.3
+    help_text = build_cli()._subparsers._group_actions[0].choices["early-exit"].format_help()
+    assert f"Classify: default {DEFAULT_CRITERION}" in " ".join(help_text.split())
+
+
 @pytest.mark.slow
 def test_cli_sweep_on_real_data(multi_exit, tmp_path, shared_data):
     from contrastive_bert.cli import build_cli
@@ -259,13 +328,13 @@ def test_cli_sweep_on_real_data(multi_exit, tmp_path, shared_data):
     multi_exit.save(str(tmp_path / "model"))
     args = build_cli().parse_args(
         ["early-exit", "--model", str(tmp_path / "model"), "--sweep", "--dataset", "emotion", "--data-dir",
-         str(shared_data), "--criterion", "confidence", "--thresholds", "0.5,1.0", "--max-examples", "40",
+         str(shared_data), "--criterion", "confidence", "--thresholds", "0.5,1.0", "--max-samples", "40",
          "--output", str(tmp_path / "sweep.json")]
     )
     assert args.func(args) == 0
     result = json.loads((tmp_path / "sweep.json").read_text())
-    assert result["dataset"] == "emotion" and len(result["sweep"]) == 2
-    assert result["sweep"][1]["accuracy"] == result["full"]["accuracy"]
+    assert result["dataset"] == "emotion" and len(result["dev"]["sweep"]) == 2
+    assert result["dev"]["sweep"][1]["accuracy"] == result["dev"]["full"]["accuracy"]
 
 
 @pytest.mark.slow

@@ -133,7 +133,7 @@ def test_stage2_trains_only_intermediate_exits(tiny4, tmp_path):
     tiny4.append(LabelEmbeddingClassifier(32, LABELS))
     loss = CrossLayerLoss(tiny4, method="acl_cl", exit_layers=[1, 2], exit_head="linear")  # attaches the exits
     heads = get_exit_heads(tiny4)
-    assert heads.exit_layers == [1, 2, 4]
+    assert heads.exit_layers == [1, 2] and heads.head_layers == [1, 2, 4]
     torch.testing.assert_close(heads.final_exit.classifier.weight, tiny4[2].weight)  # the trained classifier
     trainable = {name for name, p in tiny4.named_parameters() if p.requires_grad}
     assert trainable and all(".exits.1." in n or ".exits.2." in n for n in trainable)

@@ -48,9 +48,8 @@ def test_train_then_early_exit_sweep_through_the_cli(tiny6_path, tmp_path, share
     from contrastive_bert.inference.early_exit import EarlyExitClassifier
 
     monkeypatch.setenv("CONTRASTIVE_BERT_DATA", str(shared_data))
-    monkeypatch.setattr("contrastive_bert.training.stages.EVAL_ROWS", 300)
     out = tmp_path / "run"
-    assert main(_train_args(_short_recipe(tmp_path), tiny6_path, out)) == 0
+    assert main([*_train_args(_short_recipe(tmp_path), tiny6_path, out), "--max-eval-samples", "300"]) == 0
     for folder in ("stage-1/final", "stage-2/final", "final"):
         assert (out / folder / "modules.json").is_file(), folder
     results = json.loads((out / "results.json").read_text())
@@ -67,13 +66,27 @@ def test_train_then_early_exit_sweep_through_the_cli(tiny6_path, tmp_path, share
     texts = ["how do I top up my card", "my card was declined"]
     assert (stage1.encode(texts) == final.encode(texts)).all()
     classifier = EarlyExitClassifier.from_pretrained(str(out / "final"), "margin")
-    assert classifier.heads.exit_layers == [2, 3, 4, 5, 6]
+    assert classifier.heads.exit_layers == [2, 3, 4, 5] and classifier.heads.head_layers == [2, 3, 4, 5, 6]
+    # the saved card shows the lines that load it
+    card = (out / "final" / "README.md").read_text()
+    assert 'SentenceTransformer("sentence_transformers_model_id", trust_remote_code=True)' in card
+    assert "model = load_model(path)" in card and "`MultiExitHeads`" in card
     capsys.readouterr()
-    # the second command (without --max-examples it sweeps all 3,080 test rows)
-    assert main(["early-exit", "--model", str(out / "final"), "--sweep", "--dataset", "banking77", "--max-examples", "300"]) == 0
-    sweep = json.loads(capsys.readouterr().out)
-    assert sweep["rows"] == 300 and sweep["full"]["accuracy"] == multi["final_layer_accuracy"]
-    assert [s["threshold"] for s in sweep["sweep"]] == [s["threshold"] for s in multi["early_exit"]["sweep"]]
+    # the second command: the setting chosen on dev, its figures on the same 300 test rows
+    assert main(["early-exit", "--model", str(out / "final"), "--sweep", "--dataset", "banking77", "--criterion", "margin",
+                 "--max-samples", "300", "--max-accuracy-loss", "100", "--output", str(tmp_path / "sweep.json")]) == 0
+    sweep = json.loads((tmp_path / "sweep.json").read_text())
+    assert sweep["test_rows"] == 300 and sweep["dev"]["rows"] == 300
+    assert [s["threshold"] for s in sweep["dev"]["sweep"]] == [s["threshold"] for s in multi["early_exit"]["sweep"]]
+    fewest = min(s["avg_layers"] for s in sweep["dev"]["sweep"])  # 100 points of slack: the fewest layers wins
+    assert sweep["dev_choice"]["avg_layers"] == fewest
+    assert sweep["test"]["32"]["full"]["accuracy"] == multi["final_layer_accuracy"]
+    assert "chosen on dev: margin" in capsys.readouterr().out
+    # resuming the finished run is a message, exit 0, nothing rewritten
+    stamps = {p: p.stat().st_mtime_ns for p in [out / "results.json", *(out / "final").rglob("*")]}
+    assert main(["train", "--output-dir", str(out), "--resume"]) == 0
+    assert "already finished" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
 
 
 def test_resume_continues_the_interrupted_stage(tiny6_path, tmp_path, shared_data, monkeypatch):
@@ -83,10 +96,10 @@ def test_resume_continues_the_interrupted_stage(tiny6_path, tmp_path, shared_dat
     from contrastive_bert.training.runner import train
 
     monkeypatch.setenv("CONTRASTIVE_BERT_DATA", str(shared_data))
-    monkeypatch.setattr("contrastive_bert.training.stages.EVAL_ROWS", 50)
     out = tmp_path / "run"
     values = {**yaml.safe_load(_short_recipe(tmp_path, steps=3, save_steps=2).read_text()), "model": tiny6_path,
-              "output_dir": str(out), "max_train_samples": 400, "batch_size": 8, "max_seq_length": 16}
+              "output_dir": str(out), "max_train_samples": 400, "batch_size": 8, "max_seq_length": 16,
+              "max_eval_samples": 0}  # 0: no per-exit evaluation, no sweep
     train(TrainingRecipe.from_dict(values))
     stage1_weights = (out / "stage-1" / "final" / "model.safetensors").stat().st_mtime_ns
     # interrupt stage 2 after its checkpoint at step 2
@@ -101,6 +114,7 @@ def test_resume_continues_the_interrupted_stage(tiny6_path, tmp_path, shared_dat
     assert (out / "stage-1" / "final" / "model.safetensors").stat().st_mtime_ns == stage1_weights
     results = json.loads((out / "results.json").read_text())
     assert [s["global_step"] for s in results["stages"]] == [3, 3]
+    assert "multi_exit" not in results
 
 
 def _staged(tiny6_path: str, tmp_path: Path, stages: list[dict]) -> TrainingRecipe:
