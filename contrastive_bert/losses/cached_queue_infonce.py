@@ -6,33 +6,89 @@ the way ``CachedMultipleNegativesRankingLoss`` wraps ``MultipleNegativesRankingL
 this class adds (1) embedding all mini-batches without a graph, (2) the loss over the whole batch
 in chunks of ``mini_batch_size`` anchors, back-propagating each chunk to the embeddings (the
 gradient cache), (3) re-embedding each mini-batch with a graph and pushing the cached gradients
-through. Loss and gradients equal the uncached loss (dropout is replayed by RandContext).
+through. Loss and gradients equal the uncached loss (dropout is replayed by RandContext). The
+step around it (ids, guide, momentum update, enqueue) is :meth:`QueueInfoNCELoss.step`, shared
+with the plain loss.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-from sentence_transformers.base.losses.gradcache import (
-    CachedLossMixin,
-    _validate_mini_batch_num_tokens,
-    has_static_embedding_input,
-)
+from sentence_transformers.base.losses.gradcache import CachedLossMixin, has_static_embedding_input
 from torch import Tensor, nn
 
-from contrastive_bert.losses.option_checks import check_flags, check_number
-from contrastive_bert.losses.queue_infonce import QueueInfoNCELoss, feature_ids, seed_rule_queue_size
+from contrastive_bert.losses.option_checks import check_flags, check_number, config_dict, option_names
+from contrastive_bert.losses.queue_infonce import QueueInfoNCELoss, StepInputs, seed_rule_queue_size
 from contrastive_bert.models import unwrap_model
 from contrastive_bert.queue import EmbeddingQueue
 
-__all__ = ["CachedQueueInfoNCELoss", "build_cached_queue_infonce_loss"]
+__all__ = ["CachedQueueInfoNCELoss", "GradCacheConfig", "build_cached_queue_infonce_loss"]
 
-_OWN_OPTIONS = ("mini_batch_size", "mini_batch_num_tokens", "show_progress_bar")
+@dataclass(frozen=True)
+class GradCacheConfig:
+    """GradCache's options; each value checked on creation (``ValueError("loss_options.<name>: ...")``).
+
+    Args:
+        mini_batch_size: rows embedded / loss rows computed at once (bounds the memory).
+        mini_batch_num_tokens: a token budget per mini-batch instead of a row count; None = off.
+        show_progress_bar: a progress bar over the mini-batches.
+    """
+
+    mini_batch_size: int = 32
+    mini_batch_num_tokens: int | None = None
+    show_progress_bar: bool = False
+
+    def __post_init__(self) -> None:
+        options = vars(self)
+        check_number(options, "mini_batch_size", "a positive integer", lambda v: v > 0, integer=True)
+        check_number(options, "mini_batch_num_tokens", "a positive integer", lambda v: v > 0, integer=True, allow_none=True)
+        check_flags(options, ("show_progress_bar",))
 
 
 class CachedQueueInfoNCELoss(CachedLossMixin, nn.Module):
+    """:class:`QueueInfoNCELoss` with GradCache, for batches larger than memory allows.
+
+    Loss and gradients equal the uncached loss (dropout is replayed by RandContext); memory is
+    bounded by ``mini_batch_size`` rows instead of the batch size.
+
+    Args:
+        model: the SentenceTransformer being trained.
+        mini_batch_size / mini_batch_num_tokens / show_progress_bar: GradCache's options
+            (:class:`GradCacheConfig`; default 32 rows, no token budget, no bar).
+        train_dataset_size: as :class:`QueueInfoNCELoss`'s.
+        **options: every option of :class:`QueueInfoNCELoss` (queue_size, temperature, ...).
+
+    Inputs:
+        +-------------------------------------------------+--------------------------------------------+
+        | Texts                                           | Labels                                     |
+        +=================================================+============================================+
+        | (anchor, positive) pairs                        | none                                       |
+        +-------------------------------------------------+--------------------------------------------+
+        | (anchor, positive, negative_1, ..., negative_n) | none                                       |
+        +-------------------------------------------------+--------------------------------------------+
+        | (anchor, positive) pairs                        | integer class (with ``filter_same_label``) |
+        +-------------------------------------------------+--------------------------------------------+
+
+        Registered as ``cached_queue_infonce`` (data format ``pairs``).
+
+    Recommendations:
+        - Use ``BatchSamplers.NO_DUPLICATES``, as for :class:`QueueInfoNCELoss`.
+        - Only for batches that do not fit in memory (e.g. 256 and up): it embeds every row twice,
+          so at a batch that fits it is slower than :class:`QueueInfoNCELoss` for the same result.
+        - A ``mini_batch_size`` as large as memory allows; it changes speed and memory, never the loss.
+        - Not for a StaticEmbedding model (it cannot be split into mini-batches).
+
+    Relations:
+        - Wraps :class:`QueueInfoNCELoss` (``self.loss``, which owns the options, queue and momentum
+          encoder) the way :class:`sentence_transformers.losses.CachedMultipleNegativesRankingLoss`
+          wraps MultipleNegativesRankingLoss; both share :meth:`QueueInfoNCELoss.step`.
+        - Resembles :class:`sentence_transformers.losses.CachedGISTEmbedLoss` when ``guide_model`` is set.
+    """
+
     def __init__(
         self,
         model: nn.Module,
@@ -41,13 +97,8 @@ class CachedQueueInfoNCELoss(CachedLossMixin, nn.Module):
         show_progress_bar: bool = False,
         **kwargs: Any,
     ) -> None:
-        """Every option of :class:`QueueInfoNCELoss` (``kwargs``), plus GradCache's
-        ``mini_batch_size`` (rows embedded / loss rows computed at once, bounds the memory) and
-        ``mini_batch_num_tokens`` (token budget per mini-batch instead of a row count)."""
         super().__init__()
-        self.check_options({"mini_batch_size": mini_batch_size, "mini_batch_num_tokens": mini_batch_num_tokens,
-                            "show_progress_bar": show_progress_bar, **kwargs})
-        _validate_mini_batch_num_tokens(mini_batch_num_tokens)
+        self.cache_config = GradCacheConfig(mini_batch_size, mini_batch_num_tokens, show_progress_bar)
         if has_static_embedding_input(unwrap_model(model)):
             raise ValueError("model: a StaticEmbedding model cannot be split into mini-batches; use QueueInfoNCELoss")
         self.model = model
@@ -60,12 +111,16 @@ class CachedQueueInfoNCELoss(CachedLossMixin, nn.Module):
         self._last_positives: Tensor | None = None
 
     @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        """GradCache's options and every option of :class:`QueueInfoNCELoss`."""
+        return option_names(GradCacheConfig) + QueueInfoNCELoss.option_names()
+
+    @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
-        """GradCache's options here, every other one by :meth:`QueueInfoNCELoss.check_options`."""
-        check_number(options, "mini_batch_size", "a positive integer", lambda v: v > 0, integer=True)
-        check_number(options, "mini_batch_num_tokens", "a positive integer", lambda v: v > 0, integer=True, allow_none=True)
-        check_flags(options, ("show_progress_bar",))
-        QueueInfoNCELoss.check_options({k: v for k, v in options.items() if k not in _OWN_OPTIONS})
+        """GradCache's options by :class:`GradCacheConfig`, every other one by :meth:`QueueInfoNCELoss.check_options`."""
+        own = option_names(GradCacheConfig)
+        GradCacheConfig(**{k: v for k, v in options.items() if k in own})
+        QueueInfoNCELoss.check_options({k: v for k, v in options.items() if k not in own})
 
     @property
     def queue(self) -> EmbeddingQueue | None:
@@ -88,8 +143,7 @@ class CachedQueueInfoNCELoss(CachedLossMixin, nn.Module):
         return self.loss.citation
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {**self.loss.get_config_dict(), "mini_batch_size": self.mini_batch_size,
-                "mini_batch_num_tokens": self.mini_batch_num_tokens}
+        return {**self.loss.get_config_dict(), **config_dict(self.cache_config)}
 
     def calculate_loss(
         self, reps: list[list[Tensor]], labels: Tensor | None = None, *, with_backward: bool = False
@@ -120,26 +174,18 @@ class CachedQueueInfoNCELoss(CachedLossMixin, nn.Module):
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> dict[str, Tensor]:
         """Same contract as :meth:`QueueInfoNCELoss.forward`: returns ``{"in_batch", "queue", "hard"}``."""
         sentence_features = list(sentence_features)
-        if len(sentence_features) < 2:
-            raise ValueError(f"sentence_features: expected at least 2 columns (anchor, positive), got {len(sentence_features)}")
-        inner = self.loss
-        anchor_ids = feature_ids(sentence_features[0])
-        positive_ids = feature_ids(sentence_features[1])
-        guide = None if inner.guide is None else inner.guide.embed(sentence_features)
-        training = unwrap_model(self.model).training and torch.is_grad_enabled()
-        if training:
-            inner.update_momentum_encoder()
-        self._pending = {"anchor_ids": anchor_ids, "positive_ids": positive_ids, "guide": guide}
-        try:
-            loss = self.forward_cached(sentence_features, labels)
-        finally:
-            self._pending = {}
-        queue_part, hard_part = self._last_parts["queue"], self._last_parts["hard"]
-        if training:
-            keys = inner.key_embeddings(sentence_features[1], self._last_positives)
-            inner.after_training_step(keys, positive_ids, labels, anchor_ids, None if guide is None else guide[1])
-        # in_batch carries the GradCache hook; the parts still add up to the total loss
-        return {"in_batch": loss - (queue_part + hard_part), "queue": queue_part, "hard": hard_part}
+
+        def compute(inputs: StepInputs) -> tuple[dict[str, Tensor], Tensor]:
+            self._pending = {"anchor_ids": inputs.anchor_ids, "positive_ids": inputs.positive_ids, "guide": inputs.guide}
+            try:
+                loss = self.forward_cached(sentence_features, labels)
+            finally:
+                self._pending = {}
+            queue_part, hard_part = self._last_parts["queue"], self._last_parts["hard"]
+            # in_batch carries the GradCache hook; the parts still add up to the total loss
+            return {"in_batch": loss - (queue_part + hard_part), "queue": queue_part, "hard": hard_part}, self._last_positives
+
+        return self.loss.step(sentence_features, labels, compute)
 
 
 def build_cached_queue_infonce_loss(

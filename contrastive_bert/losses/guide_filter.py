@@ -11,17 +11,41 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contrastive_bert.losses.option_checks import check_number, option_error
 from contrastive_bert.mining import false_negative_mask
 from contrastive_bert.models import unwrap_model
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GuideFilter", "load_guide_model"]
+__all__ = ["GuideConfig", "GuideFilter", "load_guide_model"]
+
+
+@dataclass(frozen=True)
+class GuideConfig:
+    """The queue losses' guide options; each value checked on creation (``ValueError("loss_options.<name>: ...")``).
+
+    Args:
+        guide_model: GISTEmbedLoss's guide: a frozen SentenceTransformer, or its name/path
+            (``"default"`` = the bundled all-MiniLM-L6-v2). A batch, queue or mined negative whose
+            guide similarity to the anchor exceeds the guide similarity of the anchor's positive
+            minus ``guide_margin`` is not a negative. None = off.
+        guide_margin: GISTEmbedLoss's absolute margin (finite).
+    """
+
+    guide_model: nn.Module | str | None = None
+    guide_margin: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.guide_model is not None and not isinstance(self.guide_model, (str, nn.Module)):
+            raise option_error("guide_model", "a model name or path, a SentenceTransformer, or null", self.guide_model)
+        check_number(vars(self), "guide_margin", "a finite number")
+        object.__setattr__(self, "guide_margin", float(self.guide_margin))
 
 
 def load_guide_model(guide: nn.Module | str, model: nn.Module) -> nn.Module:

@@ -11,12 +11,15 @@ filtered rows ranked ``[offset, offset + k)`` (curriculum: :class:`~contrastive_
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
+from contrastive_bert.losses.false_negative_filters import FalseNegativeFilters
+from contrastive_bert.losses.option_checks import check_choice, check_flags, check_number, option_error
 from contrastive_bert.mining import (
     HardnessSchedule,
     faiss_available,
@@ -25,7 +28,51 @@ from contrastive_bert.mining import (
     select_top_ranked,
 )
 
-__all__ = ["HardNegativeMiner", "MinedNegatives"]
+__all__ = ["HardNegativeMiner", "MinedNegatives", "MiningConfig"]
+
+
+@dataclass(frozen=True)
+class MiningConfig:
+    """Options of the queue losses that choose negatives in the queue; each value checked on
+    creation (``ValueError("loss_options.<name>: ...")``).
+
+    Args:
+        num_hard_negatives: k hard negatives mined from the queue per anchor (0 = none). More than
+            the queue can supply after filtering is clamped (the rest is padding).
+        use_queue_negatives: use all (filtered) queue rows as negatives, MoCo style. ``False``
+            keeps only the mined hard negatives (ANCE style; then FAISS can do the search).
+        hardness_schedule: curriculum from easy to hard (a :class:`~contrastive_bert.mining.HardnessSchedule`
+            or the mapping of its fields, as in a recipe); None = always the hardest.
+        mining_backend / mining_index / use_gpu_index: see :func:`contrastive_bert.mining.search_topk`.
+            ``auto`` uses torch when the queue scores are computed anyway, else FAISS.
+    """
+
+    num_hard_negatives: int = 0
+    use_queue_negatives: bool = True
+    hardness_schedule: HardnessSchedule | Mapping[str, Any] | None = None
+    mining_backend: Literal["auto", "faiss", "torch"] = "auto"
+    mining_index: Literal["flat", "ivf", "hnsw"] = "flat"
+    use_gpu_index: bool | None = None
+
+    def __post_init__(self) -> None:
+        options = vars(self)
+        check_number(options, "num_hard_negatives", "an integer >= 0", lambda v: v >= 0, integer=True)
+        check_flags(options, ("use_queue_negatives",))
+        check_choice(options, "mining_backend", ("auto", "faiss", "torch"))
+        check_choice(options, "mining_index", ("flat", "ivf", "hnsw"))
+        if self.use_gpu_index is not None and not isinstance(self.use_gpu_index, bool):
+            raise option_error("use_gpu_index", "true, false or null", self.use_gpu_index)
+        schedule = self.hardness_schedule
+        if isinstance(schedule, Mapping):  # from a YAML/JSON recipe
+            try:
+                schedule = HardnessSchedule(**schedule)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"loss_options.hardness_schedule: {error}") from None
+        elif schedule is None:
+            schedule = HardnessSchedule()
+        elif not isinstance(schedule, HardnessSchedule):
+            raise option_error("hardness_schedule", "a mapping of start, end, warmup_steps, pool_factor", schedule)
+        object.__setattr__(self, "hardness_schedule", schedule)
 
 
 @dataclass
@@ -58,6 +105,16 @@ class HardNegativeMiner:
     backend: Literal["auto", "faiss", "torch"] = "auto"
     index_type: Literal["flat", "ivf", "hnsw"] = "flat"
     use_gpu: bool | None = None
+
+    @classmethod
+    def from_configs(cls, mining: MiningConfig, filters: FalseNegativeFilters) -> HardNegativeMiner:
+        """The miner a queue loss uses for its mining and filter options."""
+        return cls(
+            num_hard_negatives=mining.num_hard_negatives, use_queue_negatives=mining.use_queue_negatives,
+            filter_queue_negatives=filters.filter_queue_negatives, schedule=mining.hardness_schedule,
+            backend=mining.mining_backend, index_type=mining.mining_index, use_gpu=mining.use_gpu_index,
+            **filters.margins,
+        )
 
     @torch.no_grad()
     def select(

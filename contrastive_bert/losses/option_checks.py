@@ -1,17 +1,21 @@
 """Value checks of loss options that need no model: one error spelling for every loss.
 
 Each check raises ``ValueError("loss_options.<name>: expected ..., got ...")`` and skips options
-that are absent from the mapping (the constructor default applies).
+that are absent from the mapping (the constructor default applies). The losses' config
+dataclasses call them from ``__post_init__`` on their own fields (``vars(self)``), so each option
+has one check, run whenever a config is made (by the registry before any model loads, or by the
+loss's constructor).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["check_choice", "check_flags", "check_number", "check_unknown", "option_error"]
+__all__ = ["check_choice", "check_flags", "check_number", "check_unknown", "config_dict", "option_error", "option_names"]
 
 
 def option_error(name: str, expected: str, value: Any) -> ValueError:
@@ -58,3 +62,22 @@ def check_flags(options: Mapping[str, Any], names: Iterable[str]) -> None:
 def check_choice(options: Mapping[str, Any], name: str, choices: tuple[Any, ...]) -> None:
     if name in options and options[name] not in choices:
         raise option_error(name, "one of " + ", ".join(repr(c) for c in choices), options[name])
+
+
+def option_names(config_class: type) -> tuple[str, ...]:
+    """The option names of a config dataclass: its field names, in order."""
+    return tuple(f.name for f in dataclasses.fields(config_class))
+
+
+def config_dict(config: Any) -> dict[str, Any]:
+    """A config dataclass as a JSON-friendly dict (``dataclasses.asdict`` without copying values):
+    nested dataclasses become dicts, modules (a guide model given as an object) their class name."""
+    out = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = config_dict(value)
+        elif not isinstance(value, (str, int, float, bool, type(None), list, tuple, dict)):
+            value = type(value).__name__
+        out[f.name] = value
+    return out

@@ -19,24 +19,97 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from contrastive_bert.losses.option_checks import check_choice, check_number, option_error
+from contrastive_bert.losses.option_checks import check_choice, check_number, config_dict, option_error, option_names
 from contrastive_bert.losses.queue_infonce import QueueInfoNCELoss, feature_ids, seed_rule_queue_size
 from contrastive_bert.losses.score_terms import SCORE_TERMS, pair_similarity, ranking_loss
 from contrastive_bert.models import unwrap_model
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["QueueCoSENTLoss", "build_queue_cosent_loss"]
+__all__ = ["QueueCoSENTLoss", "ScoreTermConfig", "build_queue_cosent_loss"]
 
-_OWN_OPTIONS = ("infonce_weight", "score_weight", "score_term", "score_scale", "positive_threshold", "negative_threshold")
+@dataclass(frozen=True)
+class ScoreTermConfig:
+    """QueueCoSENTLoss's own options (the queue's are :class:`QueueInfoNCELoss`'s); each value
+    checked on creation (``ValueError("loss_options.<name>: ...")``).
+
+    Args:
+        infonce_weight: weight of the queue InfoNCE term (>= 0; 0 = CoSENT/AnglE alone).
+        score_weight: weight of the score term (>= 0; not both 0).
+        score_term: ``"cosent"`` (cosine, CoSENTLoss) or ``"angle"`` (AnglELoss's angle similarity).
+        score_scale: the score term's scale (sentence-transformers' default 20), > 0.
+        positive_threshold: rows scoring at least this are InfoNCE (anchor, positive) pairs (0.8:
+            the threshold ``pairs`` training data uses), in [0, 1].
+        negative_threshold: rows scoring at most this give their sentence2 as an in-batch
+            negative; None = off. Below ``positive_threshold``.
+    """
+
+    infonce_weight: float = 1.0
+    score_weight: float = 1.0
+    score_term: str = "cosent"
+    score_scale: float = 20.0
+    positive_threshold: float = 0.8
+    negative_threshold: float | None = 0.4
+
+    def __post_init__(self) -> None:
+        options = vars(self)
+        for name in ("infonce_weight", "score_weight"):
+            check_number(options, name, "a number >= 0", lambda v: v >= 0)
+        if self.infonce_weight == 0 and self.score_weight == 0:
+            raise option_error("score_weight", "a positive number when infonce_weight is 0", self.score_weight)
+        check_choice(options, "score_term", SCORE_TERMS)
+        check_number(options, "score_scale", "a positive number", lambda v: v > 0)
+        check_number(options, "positive_threshold", "a score in [0, 1]", lambda v: 0 <= v <= 1)
+        check_number(options, "negative_threshold", "a score in [0, 1]", lambda v: 0 <= v <= 1, allow_none=True)
+        if self.negative_threshold is not None and self.negative_threshold >= self.positive_threshold:
+            raise option_error("negative_threshold", f"a score below positive_threshold ({self.positive_threshold})",
+                               self.negative_threshold)
+        for name in ("infonce_weight", "score_weight", "score_scale", "positive_threshold"):
+            object.__setattr__(self, name, float(getattr(self, name)))
 
 
 class QueueCoSENTLoss(nn.Module):
+    """Score-aware training on graded pairs: the queue InfoNCE loss over the high-score pairs plus
+    CoSENT (or AnglE) over all pairs, in one loss (the formula is in the module docstring).
+
+    Args:
+        model: the SentenceTransformer being trained.
+        infonce_weight / score_weight / score_term / score_scale / positive_threshold /
+            negative_threshold: this loss's options (:class:`ScoreTermConfig`; defaults 1.0, 1.0,
+            ``"cosent"``, 20.0, 0.8, 0.4).
+        **queue_options: every option of :class:`QueueInfoNCELoss` (queue_size, temperature, ...),
+            plus ``train_dataset_size``.
+
+    Inputs:
+        +--------------------------------+------------------------------+
+        | Texts                          | Labels                       |
+        +================================+==============================+
+        | (sentence1, sentence2) pairs   | float similarity score [0,1] |
+        +--------------------------------+------------------------------+
+
+        Registered as ``queue_cosent`` (data format ``scored_pairs``: ``sentence1``, ``sentence2``, ``score``).
+
+    Recommendations:
+        - The default ``BatchSamplers.BATCH_SAMPLER`` (as for CoSENTLoss): rows with equal texts are
+          fine, the id filters keep a text from being its own negative.
+        - Scores in [0, 1] (STS-B's 0-5 divided by 5). With few high-score rows per batch the
+          InfoNCE term sees few anchors: a batch of 32+ rows.
+        - CoSENT's gradient is far larger than the InfoNCE parts' at equal weights (about 70x on
+          STS-B): an ``infonce_weight`` of 10-30 for the InfoNCE term to matter.
+
+    Relations:
+        - With ``infonce_weight=0`` it equals :class:`sentence_transformers.losses.CoSENTLoss`
+          (``score_term="cosent"``) or :class:`sentence_transformers.losses.AnglELoss` (``"angle"``)
+          at ``scale=score_scale``.
+        - Its InfoNCE term is :class:`QueueInfoNCELoss` on the rows scoring ``>= positive_threshold``.
+    """
+
     def __init__(
         self,
         model: nn.Module,
@@ -48,55 +121,36 @@ class QueueCoSENTLoss(nn.Module):
         negative_threshold: float | None = 0.4,
         **queue_options: Any,
     ) -> None:
-        """Args:
-            model: the SentenceTransformer being trained.
-            infonce_weight: weight of the queue InfoNCE term (>= 0; 0 = CoSENT/AnglE alone).
-            score_weight: weight of the score term (>= 0).
-            score_term: ``"cosent"`` (cosine, CoSENTLoss) or ``"angle"`` (AnglELoss's angle similarity).
-            score_scale: the score term's scale (sentence-transformers' default 20), > 0.
-            positive_threshold: rows scoring at least this are InfoNCE (anchor, positive) pairs
-                (0.8: the threshold ``pairs`` training data uses), in [0, 1].
-            negative_threshold: rows scoring at most this give their sentence2 as an in-batch
-                negative; None = off. Below ``positive_threshold``.
-            queue_options: every option of :class:`QueueInfoNCELoss` (queue_size, temperature, ...).
-        """
         super().__init__()
-        self.check_options({"infonce_weight": infonce_weight, "score_weight": score_weight, "score_term": score_term,
-                            "score_scale": score_scale, "positive_threshold": positive_threshold,
-                            "negative_threshold": negative_threshold, **queue_options})
+        self.score_config = ScoreTermConfig(infonce_weight, score_weight, score_term, score_scale,
+                                            positive_threshold, negative_threshold)
         self.model = model
-        self.infonce_weight = float(infonce_weight)
-        self.score_weight = float(score_weight)
-        self.score_term = score_term
-        self.score_scale = float(score_scale)
-        self.positive_threshold = float(positive_threshold)
-        self.negative_threshold = negative_threshold
+        self.infonce_weight = self.score_config.infonce_weight
+        self.score_weight = self.score_config.score_weight
+        self.score_term = self.score_config.score_term
+        self.score_scale = self.score_config.score_scale
+        self.positive_threshold = self.score_config.positive_threshold
+        self.negative_threshold = self.score_config.negative_threshold
         self.queue_loss = QueueInfoNCELoss(model, **queue_options)
 
     @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        """This loss's options and every option of :class:`QueueInfoNCELoss`."""
+        return option_names(ScoreTermConfig) + QueueInfoNCELoss.option_names()
+
+    @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
-        """This loss's options here, the queue's by :meth:`QueueInfoNCELoss.check_options`."""
-        for name in ("infonce_weight", "score_weight"):
-            check_number(options, name, "a number >= 0", lambda v: v >= 0)
-        if options.get("infonce_weight", 1.0) == 0 and options.get("score_weight", 1.0) == 0:
-            raise option_error("score_weight", "a positive number when infonce_weight is 0", options["score_weight"])
-        check_choice(options, "score_term", SCORE_TERMS)
-        check_number(options, "score_scale", "a positive number", lambda v: v > 0)
-        check_number(options, "positive_threshold", "a score in [0, 1]", lambda v: 0 <= v <= 1)
-        check_number(options, "negative_threshold", "a score in [0, 1]", lambda v: 0 <= v <= 1, allow_none=True)
-        low, high = options.get("negative_threshold"), options.get("positive_threshold", 0.8)
-        if low is not None and isinstance(high, (int, float)) and low >= high:
-            raise option_error("negative_threshold", f"a score below positive_threshold ({high})", low)
-        QueueInfoNCELoss.check_options({k: v for k, v in options.items() if k not in _OWN_OPTIONS})
+        """This loss's options by :class:`ScoreTermConfig`, the queue's by :meth:`QueueInfoNCELoss.check_options`."""
+        own = option_names(ScoreTermConfig)
+        ScoreTermConfig(**{k: v for k, v in options.items() if k in own})
+        QueueInfoNCELoss.check_options({k: v for k, v in options.items() if k not in own})
 
     @property
     def queue(self):
         return self.queue_loss.queue
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {"infonce_weight": self.infonce_weight, "score_weight": self.score_weight, "score_term": self.score_term,
-                "score_scale": self.score_scale, "positive_threshold": self.positive_threshold,
-                "negative_threshold": self.negative_threshold, **self.queue_loss.get_config_dict()}
+        return {**config_dict(self.score_config), **self.queue_loss.get_config_dict()}
 
     @property
     def citation(self) -> str:

@@ -10,15 +10,19 @@ docstring), then enqueue this batch's positives (embedded by the momentum encode
 The returned dict splits the loss into parts that add up to it (the ST trainer sums and logs them):
 ``in_batch`` = the MNRL loss, ``queue`` = what the queue negatives add, ``hard`` = what the hard
 negatives add.
+
+The options are grouped by concern in :class:`~contrastive_bert.losses.queue_config.QueueInfoNCEConfig`
+(scoring, queue, mining, false-negative filters, guide), each group checked once when it is made.
+:meth:`QueueInfoNCELoss.step` is the step sequence (ids, guide, momentum update, compute, enqueue)
+the plain and the cached loss share.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,14 +32,15 @@ from contrastive_bert.losses.guide_filter import GuideFilter
 from contrastive_bert.losses.hard_negative_miner import HardNegativeMiner
 from contrastive_bert.losses.infonce_math import queue_infonce_loss
 from contrastive_bert.losses.momentum_encoder import MomentumEncoder
-from contrastive_bert.losses.option_checks import check_choice, check_flags, check_number, check_unknown, option_error
+from contrastive_bert.losses.option_checks import check_number
+from contrastive_bert.losses.queue_config import QueueInfoNCEConfig
 from contrastive_bert.mining import HardnessSchedule
 from contrastive_bert.models import unwrap_model
 from contrastive_bert.queue import NO_ID, EmbeddingQueue, default_queue_size, hash_token_ids
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["QueueInfoNCELoss", "build_queue_infonce_loss", "feature_ids"]
+__all__ = ["QueueInfoNCELoss", "StepInputs", "build_queue_infonce_loss", "feature_ids"]
 
 
 def feature_ids(features: dict[str, Any]) -> Tensor:
@@ -71,160 +76,158 @@ class _Batch:
     guide_queue: Tensor | None = None
 
 
-def _option_defaults(cls: type) -> dict[str, Any]:
-    parameters = inspect.signature(cls.__init__).parameters.values()
-    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+@dataclass
+class StepInputs:
+    """What one loss call knows before it embeds: the text ids ``(B,)`` of the anchor and positive
+    columns, the guide's embedding of each column (None without a guide), and whether it trains."""
+
+    anchor_ids: Tensor
+    positive_ids: Tensor
+    guide: list[Tensor] | None
+    training: bool
 
 
 class QueueInfoNCELoss(nn.Module):
+    """InfoNCE with a MoCo-style embedding queue and hard negatives mined from it.
+
+    Drop-in for ``MultipleNegativesRankingLoss(model, scale=1/temperature)``: same data, same loss
+    while the queue is empty. Each step the anchors are scored against their positive, the other
+    rows' positives (and negatives), every queue row that passes the false-negative filters, and
+    ``num_hard_negatives`` hard negatives mined from those rows; then this batch's positives are
+    enqueued (embedded by the momentum encoder if any). The loss is returned as parts that add up
+    to it: ``in_batch`` (the MNRL loss), ``queue`` and ``hard`` (what the queue and hard negatives add).
+
+    Args:
+        model: the SentenceTransformer being trained.
+        config: a :class:`~contrastive_bert.losses.queue_config.QueueInfoNCEConfig`; or give its
+            options by name instead (below; checked once, when the config is made).
+        train_dataset_size: rows of the training set, for the seed's queue-size rule (set by
+            :class:`~contrastive_bert.training.queue_checkpoint.QueueCheckpointCallback` when None).
+        **options: scoring (:class:`~contrastive_bert.losses.queue_config.InfoNCEConfig`):
+            ``temperature`` (0.05), ``hard_negative_share`` (None), ``symmetric`` (False),
+            ``check_finite`` (True); queue (:class:`~contrastive_bert.losses.queue_config.QueueConfig`):
+            ``queue_size`` (None: ``min(65536, 4 * train_dataset_size / global_batch)``),
+            ``momentum`` (None), ``gather_across_devices`` (True); mining
+            (:class:`~contrastive_bert.losses.hard_negative_miner.MiningConfig`):
+            ``num_hard_negatives`` (0), ``use_queue_negatives`` (True), ``hardness_schedule``,
+            ``mining_backend``, ``mining_index``, ``use_gpu_index``; false-negative filters
+            (:class:`~contrastive_bert.losses.false_negative_filters.FalseNegativeFilters`):
+            ``absolute_margin``, ``relative_margin`` (0.05), ``max_score``, ``perc_pos``,
+            ``filter_same_label``, ``filter_same_anchor`` (True), ``filter_queue_negatives`` (True);
+            guide (:class:`~contrastive_bert.losses.guide_filter.GuideConfig`): ``guide_model``
+            (None; ``"default"`` = the bundled all-MiniLM-L6-v2), ``guide_margin`` (0.0).
+            Each option is documented in its config class.
+
+    Inputs:
+        +-------------------------------------------------+--------------------------------------------+
+        | Texts                                           | Labels                                     |
+        +=================================================+============================================+
+        | (anchor, positive) pairs                        | none                                       |
+        +-------------------------------------------------+--------------------------------------------+
+        | (anchor, positive, negative_1, ..., negative_n) | none                                       |
+        +-------------------------------------------------+--------------------------------------------+
+        | (anchor, positive) pairs                        | integer class (with ``filter_same_label``) |
+        +-------------------------------------------------+--------------------------------------------+
+
+        Registered as ``queue_infonce`` (data format ``pairs``: columns ``anchor``, ``positive``).
+
+    Recommendations:
+        - Use ``BatchSamplers.NO_DUPLICATES`` (the registry's sampler for this loss), as for MNRL.
+        - Small batches (16-64) are where the queue helps: it adds thousands of negatives a batch
+          cannot hold. Leave ``queue_size`` to the seed rule unless the data set is tiny; a queue
+          much larger than the data set turns every earlier positive into a negative.
+        - Data with several positives per anchor (a query with many answers): keep
+          ``filter_same_anchor``; with integer labels, ``filter_same_label``; with a good frozen
+          model at hand, ``guide_model`` vetoes the remaining false negatives.
+
+    Relations:
+        - Extends :class:`sentence_transformers.losses.MultipleNegativesRankingLoss`: with an empty
+          queue (or ``use_queue_negatives=False, num_hard_negatives=0``) it is that loss with
+          ``scale = 1 / temperature``.
+        - :class:`~contrastive_bert.losses.cached_queue_infonce.CachedQueueInfoNCELoss` is this loss
+          with GradCache (equal loss and gradients, any batch size in bounded memory).
+        - :class:`~contrastive_bert.losses.queue_cosent.QueueCoSENTLoss` uses it on the high-score
+          rows of scored pairs, next to CoSENT/AnglE.
+        - With ``guide_model`` its negatives are vetoed by GISTEmbedLoss's rule
+          (:class:`sentence_transformers.losses.GISTEmbedLoss`), over the queue as well as the batch.
+        - MoCo (``momentum``) and ANCE (``use_queue_negatives=False``: hard negatives only).
+    """
+
     def __init__(
         self,
         model: nn.Module,
-        queue_size: int | None = None,
-        temperature: float = 0.05,
-        num_hard_negatives: int = 0,
-        hard_negative_share: float | None = None,
-        use_queue_negatives: bool = True,
-        symmetric: bool = False,
-        momentum: float | None = None,
-        absolute_margin: float | None = None,
-        relative_margin: float | None = 0.05,
-        max_score: float | None = None,
-        perc_pos: float | None = None,
-        filter_same_label: bool = False,
-        filter_same_anchor: bool = True,
-        filter_queue_negatives: bool = True,
-        guide_model: nn.Module | str | None = None,
-        guide_margin: float = 0.0,
-        hardness_schedule: HardnessSchedule | dict[str, Any] | None = None,
-        mining_backend: Literal["auto", "faiss", "torch"] = "auto",
-        mining_index: Literal["flat", "ivf", "hnsw"] = "flat",
-        use_gpu_index: bool | None = None,
+        *,
+        config: QueueInfoNCEConfig | None = None,
         train_dataset_size: int | None = None,
-        gather_across_devices: bool = True,
-        check_finite: bool = True,
+        **options: Any,
     ) -> None:
-        """InfoNCE with a MoCo-style embedding queue and hard negatives mined from it.
-
-        Drop-in for ``MultipleNegativesRankingLoss(model, scale=1/temperature)``: same data
-        ((anchor, positive) pairs or (anchor, positive, negative_1, ..., negative_n) tuples), same
-        loss while the queue is empty.
-
-        Args:
-            model: the SentenceTransformer being trained.
-            queue_size: K, rows in the queue. ``None``: the seed's rule
-                ``min(65536, 4 * train_dataset_size / global_batch)`` at the first training step
-                (65536 if ``train_dataset_size`` is unknown; ``QueueCheckpointCallback`` sets it).
-            temperature: softmax temperature (``scale = 1 / temperature``), > 0.
-            num_hard_negatives: k hard negatives mined from the queue per anchor (0 = none). More
-                than the queue can supply after filtering is clamped (the rest is padding).
-            hard_negative_share: weight the hard negatives as this fraction of all negatives
-                (seed: 0.1-0.2); ``None`` = unweighted (each counts once, like any queue row).
-            use_queue_negatives: use all (filtered) queue rows as negatives, MoCo style. ``False``
-                keeps only the mined hard negatives (ANCE style; then FAISS can do the search).
-            symmetric: also the positive->anchor direction over the batch, averaged with the
-                anchor->candidates direction (like MNRL's ``per_direction`` symmetric loss).
-            momentum: EMA coefficient of a momentum key encoder that embeds what is enqueued
-                (MoCo, e.g. 0.999); ``None`` = enqueue the online encoder's detached positives.
-            absolute_margin / relative_margin / max_score: false-negative filters relative to the
-                anchor-positive score (as ``sentence_transformers.util.mine_hard_negatives``).
-            perc_pos: NV-Retriever's TopK-PercPos: drop queue candidates scoring above
-                ``perc_pos`` x the anchor-positive score (e.g. 0.95); None = off. For positive
-                scores this is ``relative_margin = 1 - perc_pos``; the two differ for negative ones.
-            filter_same_label: drop queue rows with the batch row's label (needs integer labels).
-            filter_same_anchor: without such labels, drop queue rows that were the positive of a pair
-                with the same anchor text (a query with several correct answers: those answers are
-                false negatives by construction, whatever their text).
-            filter_queue_negatives: apply the false-negative filters to the queue negatives too.
-            guide_model: GISTEmbedLoss's guide: a frozen SentenceTransformer, or its name/path
-                (``"default"`` = the bundled all-MiniLM-L6-v2). A batch, queue or mined negative
-                whose guide similarity to the anchor exceeds the guide similarity of the anchor's
-                positive minus ``guide_margin`` is not a negative. The queue keeps the guide's
-                embedding of each row. None = off.
-            guide_margin: GISTEmbedLoss's absolute margin (finite).
-            hardness_schedule: curriculum from easy to hard; default always the hardest.
-            mining_backend / mining_index / use_gpu_index: see :func:`contrastive_bert.mining.search_topk`.
-                ``auto`` uses torch when the queue scores are computed anyway, else FAISS.
-            gather_across_devices: all-gather what is enqueued under DDP (same queue on every rank).
-            check_finite: raise ``ValueError`` when the loss is NaN/inf.
-        """
         super().__init__()
-        options = {k: v for k, v in locals().items() if k not in ("self", "model", "__class__")}
-        self.check_options(options)
-        if not use_queue_negatives and num_hard_negatives == 0:
+        if config is not None and options:
+            raise ValueError(f"config: give a QueueInfoNCEConfig or options by name, not both (got {sorted(options)})")
+        check_number({"train_dataset_size": train_dataset_size}, "train_dataset_size", "a positive integer",
+                     lambda v: v > 0, integer=True, allow_none=True)
+        self.config = config if config is not None else QueueInfoNCEConfig.from_options(options, type(self).__name__)
+        if not self.config.mining.use_queue_negatives and self.config.mining.num_hard_negatives == 0:
             logger.warning("use_queue_negatives=False and num_hard_negatives=0: the queue is never used")
         self.model = model
-        self.temperature = float(temperature)
-        self.hard_negative_share = hard_negative_share
-        self.symmetric = symmetric
-        self.filter_same_label = filter_same_label
-        self.filter_same_anchor = filter_same_anchor
-        self.guide_margin = float(guide_margin)
         self.train_dataset_size = train_dataset_size
-        self.gather_across_devices = gather_across_devices
-        self.check_finite = check_finite
-        self.requested_queue_size = queue_size
-        if isinstance(hardness_schedule, dict):  # from a YAML/JSON recipe
-            hardness_schedule = HardnessSchedule(**hardness_schedule)
-        self.miner = HardNegativeMiner(
-            num_hard_negatives=num_hard_negatives, use_queue_negatives=use_queue_negatives,
-            filter_queue_negatives=filter_queue_negatives, absolute_margin=absolute_margin,
-            relative_margin=relative_margin, max_score=max_score, perc_pos=perc_pos,
-            schedule=hardness_schedule or HardnessSchedule(), backend=mining_backend, index_type=mining_index,
-            use_gpu=use_gpu_index,
-        )
+        self.miner = HardNegativeMiner.from_configs(self.config.mining, self.config.filters)
         bare = unwrap_model(model)
         get_dim = getattr(bare, "get_embedding_dimension", None) or bare.get_sentence_embedding_dimension
         self.dim = int(get_dim())
-        self.guide = None if guide_model is None else GuideFilter(guide_model, model, guide_margin)
+        guide = self.config.guide
+        self.guide = None if guide.guide_model is None else GuideFilter(guide.guide_model, model, guide.guide_margin)
         self.queue: EmbeddingQueue | None = None
         self.guide_queue: EmbeddingQueue | None = None
-        if queue_size is not None:
-            self._make_queues(queue_size)
+        if self.config.queue.queue_size is not None:
+            self._make_queues(self.config.queue.queue_size)
         self.register_buffer("num_steps", torch.zeros((), dtype=torch.int64))
-        self.momentum = momentum
+        momentum = self.config.queue.momentum
         self.momentum_encoder = None if momentum is None else MomentumEncoder(model, momentum)
 
     @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        """The options this loss takes by name (``loss_options`` of a recipe)."""
+        return QueueInfoNCEConfig.option_names()
+
+    @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
-        """Raise ``ValueError("loss_options.<name>: ...")`` for an unknown name or a bad value (no model needed)."""
-        check_unknown(options, _option_defaults(cls), cls.__name__)
-        check_number(options, "temperature", "a positive number", lambda v: v > 0)
-        check_number(options, "queue_size", "a positive integer", lambda v: v > 0, integer=True, allow_none=True)
-        check_number(options, "num_hard_negatives", "an integer >= 0", lambda v: v >= 0, integer=True)
-        check_number(options, "train_dataset_size", "a positive integer", lambda v: v > 0, integer=True, allow_none=True)
-        queue_size, k = options.get("queue_size"), options.get("num_hard_negatives", 0)
-        if queue_size is not None and k > queue_size:
-            raise option_error("num_hard_negatives", f"at most queue_size ({queue_size})", k)
-        check_number(options, "hard_negative_share", "a number in (0, 1)", lambda v: 0 < v < 1, allow_none=True)
-        check_number(options, "momentum", "a number in [0, 1)", lambda v: 0 <= v < 1, allow_none=True)
-        check_number(options, "relative_margin", "a number in [0, 1]", lambda v: 0 <= v <= 1, allow_none=True)
-        check_number(options, "perc_pos", "a number in (0, 1]", lambda v: 0 < v <= 1, allow_none=True)
-        for name in ("absolute_margin", "max_score"):
-            check_number(options, name, "a finite number", allow_none=True)
-        check_number(options, "guide_margin", "a finite number")
-        check_flags(options, ("use_queue_negatives", "symmetric", "filter_same_label", "filter_same_anchor",
-                              "filter_queue_negatives", "gather_across_devices", "check_finite"))
-        check_choice(options, "mining_backend", ("auto", "faiss", "torch"))
-        check_choice(options, "mining_index", ("flat", "ivf", "hnsw"))
-        if options.get("use_gpu_index") is not None and not isinstance(options["use_gpu_index"], bool):
-            raise option_error("use_gpu_index", "true, false or null", options["use_gpu_index"])
-        guide = options.get("guide_model")
-        if guide is not None and not isinstance(guide, (str, nn.Module)):
-            raise option_error("guide_model", "a model name or path, a SentenceTransformer, or null", guide)
-        schedule = options.get("hardness_schedule")
-        if isinstance(schedule, Mapping):
-            try:
-                HardnessSchedule(**schedule)
-            except (TypeError, ValueError) as error:
-                raise ValueError(f"loss_options.hardness_schedule: {error}") from None
-        elif schedule is not None and not isinstance(schedule, HardnessSchedule):
-            raise option_error("hardness_schedule", "a mapping of start, end, warmup_steps, pool_factor", schedule)
+        """Raise ``ValueError("loss_options.<name>: ...")`` for an unknown name or a bad value (no
+        model needed): the checks that making the config runs."""
+        QueueInfoNCEConfig.from_options(options, cls.__name__)
 
     # ------------------------------------------------------------------ properties
     @property
+    def temperature(self) -> float:
+        return self.config.infonce.temperature
+
+    @property
     def scale(self) -> float:
         return 1.0 / self.temperature
+
+    @property
+    def hard_negative_share(self) -> float | None:
+        return self.config.infonce.hard_negative_share
+
+    @property
+    def symmetric(self) -> bool:
+        return self.config.infonce.symmetric
+
+    @property
+    def check_finite(self) -> bool:
+        return self.config.infonce.check_finite
+
+    @property
+    def momentum(self) -> float | None:
+        return self.config.queue.momentum
+
+    @property
+    def gather_across_devices(self) -> bool:
+        return self.config.queue.gather_across_devices
+
+    @property
+    def requested_queue_size(self) -> int | None:
+        return self.config.queue.queue_size
 
     @property
     def num_hard_negatives(self) -> int:
@@ -237,6 +240,18 @@ class QueueInfoNCELoss(nn.Module):
     @property
     def hardness_schedule(self) -> HardnessSchedule:
         return self.miner.schedule
+
+    @property
+    def filter_same_label(self) -> bool:
+        return self.config.filters.filter_same_label
+
+    @property
+    def filter_same_anchor(self) -> bool:
+        return self.config.filters.filter_same_anchor
+
+    @property
+    def guide_margin(self) -> float:
+        return self.config.guide.guide_margin
 
     @property
     def ema_model(self) -> nn.Module | None:
@@ -265,28 +280,8 @@ class QueueInfoNCELoss(nn.Module):
 """
 
     def get_config_dict(self) -> dict[str, Any]:
-        miner = self.miner
-        return {
-            "queue_size": self.queue_size if self.queue is not None else self.requested_queue_size,
-            "temperature": self.temperature,
-            "num_hard_negatives": miner.num_hard_negatives,
-            "hard_negative_share": self.hard_negative_share,
-            "use_queue_negatives": miner.use_queue_negatives,
-            "symmetric": self.symmetric,
-            "momentum": self.momentum,
-            "absolute_margin": miner.absolute_margin,
-            "relative_margin": miner.relative_margin,
-            "max_score": miner.max_score,
-            "perc_pos": miner.perc_pos,
-            "filter_same_label": self.filter_same_label,
-            "filter_same_anchor": self.filter_same_anchor,
-            "filter_queue_negatives": miner.filter_queue_negatives,
-            "guide_model": None if self.guide is None else type(self.guide.guide).__name__,
-            "guide_margin": self.guide_margin,
-            "hardness_schedule": vars(miner.schedule),
-            "mining_backend": miner.backend,
-            "mining_index": miner.index_type,
-        }
+        """The options (derived from :attr:`config`), with the queue's actual size once it exists."""
+        return {**self.config.as_options(), "queue_size": self.queue_size if self.queue is not None else self.requested_queue_size}
 
     # ------------------------------------------------------------------ queue management
     def _make_queues(self, size: int) -> None:
@@ -373,42 +368,52 @@ class QueueInfoNCELoss(nn.Module):
         self.num_steps += 1
 
     def group_labels(self, labels: Tensor | None, anchor_ids: Tensor | None) -> Tensor | None:
-        """``(B,)`` group of each row for the same-label filter: integer ``labels`` when
-        ``filter_same_label``, else the anchor's text id when ``filter_same_anchor``, else None."""
-        if self.filter_same_label and self._usable_labels(labels):
-            return labels.to(torch.int64)
-        if self.filter_same_anchor and anchor_ids is not None and not bool((anchor_ids == NO_ID).any()):
-            return anchor_ids
-        return None
-
-    @staticmethod
-    def _usable_labels(labels: Tensor | None) -> bool:
-        return isinstance(labels, Tensor) and labels.ndim == 1 and not labels.is_floating_point()
+        """``(B,)`` group of each row for the same-group filter (:meth:`FalseNegativeFilters.groups`)."""
+        return self.config.filters.groups(labels, anchor_ids)
 
     # ------------------------------------------------------------------ loss
+    def step(
+        self,
+        sentence_features: Sequence[dict[str, Tensor]],
+        labels: Tensor | None,
+        compute: Callable[[StepInputs], tuple[dict[str, Tensor], Tensor]],
+    ) -> dict[str, Tensor]:
+        """One loss call, shared by the plain and cached losses: the columns' text ids and guide
+        embeddings, the momentum encoder's update, ``compute(inputs) -> (parts, positives (B, D))``
+        (embedding and scoring, however the caller does them), then this batch's positives enqueued."""
+        if len(sentence_features) < 2:
+            raise ValueError(f"sentence_features: expected at least 2 columns (anchor, positive), got {len(sentence_features)}")
+        inputs = StepInputs(
+            anchor_ids=feature_ids(sentence_features[0]),
+            positive_ids=feature_ids(sentence_features[1]),
+            guide=None if self.guide is None else self.guide.embed(sentence_features),
+            training=unwrap_model(self.model).training and torch.is_grad_enabled(),
+        )
+        if inputs.training:
+            self.update_momentum_encoder()
+        parts, positives = compute(inputs)
+        if inputs.training:
+            keys = self.key_embeddings(sentence_features[1], positives)
+            guide_keys = None if inputs.guide is None else inputs.guide[1]
+            self.after_training_step(keys, inputs.positive_ids, labels, inputs.anchor_ids, guide_keys)
+        return parts
+
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> dict[str, Tensor]:
         """sentence_features: (anchor, positive[, negative_1, ...]) tokenised columns of ``B`` rows.
         Returns ``{"in_batch", "queue", "hard"}`` scalar parts (their sum is the loss)."""
         from sentence_transformers.base.losses.merged_forward import embed_columns
 
         sentence_features = list(sentence_features)
-        if len(sentence_features) < 2:
-            raise ValueError(f"sentence_features: expected at least 2 columns (anchor, positive), got {len(sentence_features)}")
-        anchor_ids = feature_ids(sentence_features[0])
-        positive_ids = feature_ids(sentence_features[1])
-        guide_embeddings = None if self.guide is None else self.guide.embed(sentence_features)
-        embeddings = embed_columns(self.model, sentence_features)
-        training = unwrap_model(self.model).training and torch.is_grad_enabled()
-        if training:
-            self.update_momentum_encoder()
-        parts = self.compute_loss_from_embeddings(
-            embeddings, labels, anchor_ids=anchor_ids, positive_ids=positive_ids, guide_embeddings=guide_embeddings
-        )
-        if training:
-            keys = self.key_embeddings(sentence_features[1], embeddings[1])
-            guide_keys = None if guide_embeddings is None else guide_embeddings[1]
-            self.after_training_step(keys, positive_ids, labels, anchor_ids, guide_keys)
-        return parts
+
+        def compute(inputs: StepInputs) -> tuple[dict[str, Tensor], Tensor]:
+            embeddings = embed_columns(self.model, sentence_features)
+            parts = self.compute_loss_from_embeddings(
+                embeddings, labels, anchor_ids=inputs.anchor_ids, positive_ids=inputs.positive_ids,
+                guide_embeddings=inputs.guide,
+            )
+            return parts, embeddings[1]
+
+        return self.step(sentence_features, labels, compute)
 
     def prepare_batch(
         self,
@@ -522,7 +527,7 @@ def build_queue_infonce_loss(
 ) -> QueueInfoNCELoss:
     """The loss for the ``train`` command / recipes: seed-rule queue size from the data set and
     batch size (unless ``queue_size`` is given), everything else from ``options``."""
-    if "cached" in options:
+    if "cached" in options:  # the old second name of cached_queue_infonce
         raise ValueError("loss_options.cached: not an option of QueueInfoNCELoss; use the loss name 'cached_queue_infonce'")
     return QueueInfoNCELoss(model, train_dataset_size=train_dataset_size, **seed_rule_queue_size(options, train_dataset_size, batch_size))
 

@@ -59,7 +59,7 @@ def declared_option_names(loss_class: Any) -> tuple[set[str], bool]:
     """A loss class's option names: its ``option_names()`` classmethod if it has one, else its
     constructor's keywords. Returns ``(names, open_ended)``."""
     if hasattr(loss_class, "option_names"):
-        return set(loss_class.option_names()), False
+        return set(loss_class.option_names()) - BUILDER_FILLED, False
     return keyword_names(loss_class)
 
 
@@ -285,10 +285,6 @@ register_loss(LossEntry("cached_gist", "pairs", _cached_gist, "no_duplicates", "
 
 
 def _queue_infonce(model, train_dataset, options, batch_size):
-    if options.pop("cached", False):  # alias of the loss name cached_queue_infonce
-        from contrastive_bert.losses.cached_queue_infonce import build_cached_queue_infonce_loss
-
-        return build_cached_queue_infonce_loss(model, len(train_dataset), batch_size, **options)
     from contrastive_bert.losses.queue_infonce import build_queue_infonce_loss
 
     return build_queue_infonce_loss(model, len(train_dataset), batch_size, **options)
@@ -306,26 +302,12 @@ def _queue_cosent(model, train_dataset, options, batch_size):
     return build_queue_cosent_loss(model, len(train_dataset), batch_size, **options)
 
 
-def _check_queue_infonce(options: Mapping[str, Any]) -> None:
-    """``cached`` is a flag; with it the GradCache options are checked too."""
-    cached = options.get("cached", False)
-    if not isinstance(cached, bool):
-        raise ValueError(f"loss_options.cached: expected true or false, got {cached!r}")
-    if cached:
-        from contrastive_bert.losses.cached_queue_infonce import CachedQueueInfoNCELoss
-
-        CachedQueueInfoNCELoss.check_options({k: v for k, v in options.items() if k != "cached"})
-
-
-_QUEUE = "contrastive_bert.losses.queue_infonce:QueueInfoNCELoss"
-_CACHED_QUEUE = "contrastive_bert.losses.cached_queue_infonce:CachedQueueInfoNCELoss"
-register_loss(LossEntry("queue_infonce", "pairs", _queue_infonce, "no_duplicates", "InfoNCE + FIFO embedding queue + mined hard negatives (loss_options: queue_size, temperature, num_hard_negatives, hard_negative_share, momentum, perc_pos, guide_model, ...; cached=true is cached_queue_infonce)",
-                        options_from=(_QUEUE,),
-                        extra_options=("cached", "mini_batch_size", "mini_batch_num_tokens", "show_progress_bar"), check=_check_queue_infonce))
+register_loss(LossEntry("queue_infonce", "pairs", _queue_infonce, "no_duplicates", "InfoNCE + FIFO embedding queue + mined hard negatives (loss_options: queue_size, temperature, num_hard_negatives, hard_negative_share, momentum, perc_pos, guide_model, ...)",
+                        options_from=("contrastive_bert.losses.queue_infonce:QueueInfoNCELoss",)))
 register_loss(LossEntry("cached_queue_infonce", "pairs", _cached_queue_infonce, "no_duplicates", "queue_infonce with GradCache for large batches (loss_options: those of queue_infonce + mini_batch_size, mini_batch_num_tokens)",
-                        options_from=(_QUEUE, _CACHED_QUEUE), extra_options=("mini_batch_size", "mini_batch_num_tokens", "show_progress_bar")))
+                        options_from=("contrastive_bert.losses.cached_queue_infonce:CachedQueueInfoNCELoss",)))
 register_loss(LossEntry("queue_cosent", "scored_pairs", _queue_cosent, "batch_sampler", "InfoNCE with the queue over high-score pairs + weight x CoSENT/AnglE over all scored pairs; low-score partners as negatives (loss_options: infonce_weight, score_weight, score_term, score_scale, positive_threshold, negative_threshold + those of queue_infonce)",
-                        options_from=("contrastive_bert.losses.queue_cosent:QueueCoSENTLoss", _QUEUE)))
+                        options_from=("contrastive_bert.losses.queue_cosent:QueueCoSENTLoss",)))
 
 
 def _acl(model, train_dataset, options, batch_size):

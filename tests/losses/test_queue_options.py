@@ -66,8 +66,8 @@ def test_cached_check_options(options, message):
 
 
 @pytest.mark.parametrize(("name", "options", "message"), [
-    ("queue_infonce", {"cached": True, "mini_batch_size": 0}, "loss_options.mini_batch_size"),
-    ("queue_infonce", {"cached": "yes"}, "loss_options.cached: expected true or false"),
+    ("queue_infonce", {"cached": True}, "loss_options.cached: unknown option of loss 'queue_infonce'"),  # the loss is cached_queue_infonce
+    ("queue_infonce", {"mini_batch_size": 4}, "loss_options.mini_batch_size: unknown option of loss 'queue_infonce'"),
     ("queue_infonce", {"tempreature": 1}, "loss_options.tempreature: unknown option"),
     ("cached_queue_infonce", {"mini_batch_size": 0}, "loss_options.mini_batch_size"),
     ("cached_queue_infonce", {"perc_pos": 2}, "loss_options.perc_pos"),
@@ -90,8 +90,6 @@ def test_registered_names_build(tiny_model):
                             batch_size=8)
     cached = get_loss_entry("cached_queue_infonce").build(tiny_model, pairs, recipe)
     assert isinstance(cached, CachedQueueInfoNCELoss) and cached.queue_size == 20 and cached.loss.guide is not None
-    alias = TrainingRecipe(loss="queue_infonce", loss_options={"cached": True, "mini_batch_size": 4}, batch_size=8)
-    assert isinstance(get_loss_entry("queue_infonce").build(tiny_model, pairs, alias), CachedQueueInfoNCELoss)
-    plain = TrainingRecipe(loss="queue_infonce", loss_options={"cached": False, "perc_pos": 0.95}, batch_size=8)
+    plain = TrainingRecipe(loss="queue_infonce", loss_options={"perc_pos": 0.95}, batch_size=8)
     built = get_loss_entry("queue_infonce").build(tiny_model, pairs, plain)
     assert type(built) is QueueInfoNCELoss and built.miner.perc_pos == 0.95

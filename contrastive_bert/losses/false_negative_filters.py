@@ -1,0 +1,73 @@
+"""Which queue rows may not be an anchor's negative: the false-negative filters of the queue losses.
+
+Scores relative to the anchor-positive score (``absolute_margin``, ``relative_margin``,
+``max_score``, ``perc_pos``: :func:`contrastive_bert.mining.false_negative_mask`), and rows of the
+anchor's group: its integer label (``filter_same_label``) or, without labels, its anchor text
+(``filter_same_anchor``). The guide model's veto is :mod:`contrastive_bert.losses.guide_filter`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from contrastive_bert.losses.option_checks import check_flags, check_number
+from contrastive_bert.queue import NO_ID
+
+__all__ = ["FalseNegativeFilters"]
+
+
+@dataclass(frozen=True)
+class FalseNegativeFilters:
+    """Options of the queue losses that drop false negatives; each value checked on creation
+    (``ValueError("loss_options.<name>: ...")``).
+
+    Args:
+        absolute_margin / relative_margin / max_score: drop rows scoring above the anchor-positive
+            score minus the margin (as ``sentence_transformers.util.mine_hard_negatives``) or above
+            ``max_score``; None = off.
+        perc_pos: NV-Retriever's TopK-PercPos: drop rows scoring above ``perc_pos`` x the
+            anchor-positive score (e.g. 0.95); None = off.
+        filter_same_label: drop rows with the batch row's label (needs integer labels).
+        filter_same_anchor: without such labels, drop rows that were the positive of a pair with
+            the same anchor text (a query with several correct answers).
+        filter_queue_negatives: apply the filters to the plain queue negatives too, not only to
+            the mined hard negatives.
+    """
+
+    absolute_margin: float | None = None
+    relative_margin: float | None = 0.05
+    max_score: float | None = None
+    perc_pos: float | None = None
+    filter_same_label: bool = False
+    filter_same_anchor: bool = True
+    filter_queue_negatives: bool = True
+
+    def __post_init__(self) -> None:
+        options = vars(self)
+        check_number(options, "relative_margin", "a number in [0, 1]", lambda v: 0 <= v <= 1, allow_none=True)
+        check_number(options, "perc_pos", "a number in (0, 1]", lambda v: 0 < v <= 1, allow_none=True)
+        for name in ("absolute_margin", "max_score"):
+            check_number(options, name, "a finite number", allow_none=True)
+        check_flags(options, ("filter_same_label", "filter_same_anchor", "filter_queue_negatives"))
+
+    @property
+    def margins(self) -> dict[str, float | None]:
+        """The score filters as keyword arguments of :func:`contrastive_bert.mining.false_negative_mask`."""
+        return {"absolute_margin": self.absolute_margin, "relative_margin": self.relative_margin,
+                "max_score": self.max_score, "perc_pos": self.perc_pos}
+
+    def groups(self, labels: Tensor | None, anchor_ids: Tensor | None) -> Tensor | None:
+        """``(B,)`` group of each row for the same-group filter: integer ``labels`` when
+        ``filter_same_label``, else the anchor's text id when ``filter_same_anchor``, else None."""
+        if self.filter_same_label and _integer_labels(labels):
+            return labels.to(torch.int64)
+        if self.filter_same_anchor and anchor_ids is not None and not bool((anchor_ids == NO_ID).any()):
+            return anchor_ids
+        return None
+
+
+def _integer_labels(labels: Tensor | None) -> bool:
+    return isinstance(labels, Tensor) and labels.ndim == 1 and not labels.is_floating_point()
