@@ -15,25 +15,28 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from contrastive_bert.benchmarking import mean_std, write_results
+from contrastive_bert.benchmarking import add_common_arguments, mean_std, setup_from_args, write_results
 from contrastive_bert.data import load_dataset
 from contrastive_bert.models import load_model
 from contrastive_bert.training import TrainingRecipe
 from contrastive_bert.training.acl import train_label_classifier
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_arguments(parser, output=Path(__file__).parent / "results" / "acl_gradient_scale.json",
+                         methods=["supcon", "acl_embed"])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--rows", type=int, default=640)
-    parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "acl_gradient_scale.json"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    setup_from_args(args)
+    if args.max_steps:
+        args.steps = min(args.steps, args.max_steps)
     train = load_dataset("banking77", split="train", data_dir=args.data_dir).shuffle(seed=0).select(range(args.rows))
     names = train.features["label"].names
     results = {}
-    for method in ("supcon", "acl_embed"):
-        model = load_model("default")
+    for method in args.only or ("supcon", "acl_embed"):
+        model = load_model("default", device=args.device)
         recipe = TrainingRecipe(
             datasets=["banking77"], max_steps=args.steps, batch_size=32, learning_rate=1e-4, head_learning_rate=5e-3,
             max_seq_length=32, save_steps=10**6, dev_task=None, eval_tasks=[], logging_steps=args.steps,
@@ -52,7 +55,8 @@ def main() -> None:
         print(method, {k: round(v["mean"], 4) for k, v in results[method].items()}, flush=True)
         print(f"  weighted contrastive / CE gradient norm: {statistics.fmean(ratio):.4f}")
     write_results(args.output, {"recipe": {"data": f"banking77 train, {args.rows} rows", "steps": args.steps,
-                                           "contrastive_weight": 0.02, "temperature": 0.5}, "results": results})
+                                           "contrastive_weight": 0.02, "temperature": 0.5}, "results": results},
+                  device=args.device)
 
 
 if __name__ == "__main__":

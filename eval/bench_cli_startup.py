@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from contrastive_bert.benchmarking import write_results
+from contrastive_bert.benchmarking import add_common_arguments, setup_from_args, write_results
 
 HEAVY = ("torch", "transformers", "sentence_transformers", "datasets", "mteb", "faiss", "sklearn", "numpy", "tqdm")
 RESULT = Path(__file__).resolve().parent / "results" / "cli_startup.json"
@@ -40,11 +40,14 @@ def heavy_imports(argv: list[str]) -> list[str]:
     return sorted(imported & set(HEAVY))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_arguments(parser, output=RESULT)
     parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--output", default=str(RESULT))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    setup_from_args(args)
+    if args.dry_run:
+        args.runs = 1
     script = str(Path(sys.executable).with_name("contrastive-bert"))
     commands = {"console script": [script, "--help"], "python -m contrastive_bert.cli": [sys.executable, "-m", "contrastive_bert.cli", "--help"]}
     results = {}

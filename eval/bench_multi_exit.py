@@ -11,7 +11,8 @@ stratified ``--test-size`` subsample of the test split. Reference row ``truncate
 classifier applied to each layer's pooled embedding (no exit training).
 
 Writes ``eval/results/multi_exit.json`` (merged per data set) and ``multi_exit_<dataset>.png``.
-Run: ``OMP_NUM_THREADS=1 .venv/bin/python eval/bench_multi_exit.py --datasets banking77``
+Run: ``OMP_NUM_THREADS=1 .venv/bin/python eval/bench_multi_exit.py --datasets banking77`` (``--seeds 0``: one
+seed; ``--only acl_cl,ce``: methods)
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from contrastive_bert.benchmarking import add_common_arguments, selected, setup_from_args, write_json
+
+logger = logging.getLogger("bench_multi_exit")
+METHODS = ("acl_cl", "ce", "kd")
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RECIPES = Path(__file__).resolve().parents[1] / "scripts" / "recipes"
@@ -47,7 +53,7 @@ def base_recipe(name: str, args: argparse.Namespace, output_dir: Path):
 
     return TrainingRecipe.from_file(RECIPES / f"{name}_multi_exit.yaml", {
         "output_dir": str(output_dir), "max_train_samples": args.train_size, "data_dir": args.data_dir,
-        "overwrite": True,
+        "overwrite": True, **({"max_steps": args.max_steps} if args.max_steps else {}),
     })
 
 
@@ -63,14 +69,14 @@ def stage2_recipe(recipe, head: str, method: str, seed: int, output_dir: Path):
     return TrainingRecipe.from_dict(values)
 
 
-def truncated_accuracy(stage1_folder: str, texts: list[str], labels: list[int]) -> dict[str, float]:
+def truncated_accuracy(stage1_folder: str, texts: list[str], labels: list[int], device: str = "cpu") -> dict[str, float]:
     """Every layer classified by the stage-1 classifier (pooled embedding of that layer)."""
     from contrastive_bert.heads.exits import add_exit_heads, tie_exits_to_label_head
     from contrastive_bert.heads.label_embedding import find_label_head
     from contrastive_bert.models import load_model
     from contrastive_bert.training.multi_exit import evaluate_exits
 
-    model = load_model(stage1_folder, device="cpu")
+    model = load_model(stage1_folder, device=device)
     label_head = find_label_head(model)
     heads = add_exit_heads(model, label_head.label_names, head_type="linear")
     tie_exits_to_label_head(heads, label_head)
@@ -86,26 +92,26 @@ def run_dataset(name: str, args: argparse.Namespace) -> dict:
     started = time.time()
     root = Path(args.work_dir) / name
     test = load_dataset(name, split="test", data_dir=args.data_dir)
-    test = test.select(stratified_subsample(test["label"], args.test_size, seed=1))
+    test = test.select(stratified_subsample(test["label"], min(args.test_size, args.eval_rows or args.test_size), seed=1))
     texts, labels = list(test["text"]), list(test["label"])
     recipe = base_recipe(name, args, root / "two-stage")
     result = {"dataset": name, "train_size": args.train_size, "test_size": len(texts),
-              "recipe": str(RECIPES / f"{name}_multi_exit.yaml"), "seeds": args.seeds, "runs": []}
-    combos = [(h, m, s) for h in args.head_types for m in args.methods for s in range(args.seeds)]
+              "recipe": str(RECIPES / f"{name}_multi_exit.yaml"), "seeds": len(args.seeds), "runs": []}
+    combos = [(h, m, s) for h in args.head_types for m in args.methods for s in args.seeds]
     for index, (head, method, seed) in enumerate(combos):
         if index == 0:
             stage = recipe.stages[1]
             recipe.stages[1] = {**stage, "loss_options": {**stage["loss_options"], "method": method, "exit_head": head}, "seed": seed}
             train(recipe)
             folder = Path(recipe.output_dir) / "final"
-            result["truncated"] = truncated_accuracy(str(Path(recipe.output_dir) / "stage-1" / "final"), texts, labels)
+            result["truncated"] = truncated_accuracy(str(Path(recipe.output_dir) / "stage-1" / "final"), texts, labels, args.device)
         else:
             run = stage2_recipe(recipe, head, method, seed, root / f"{head}-{method}-{seed}")
             train(run)
             folder = Path(run.output_dir) / "final"
-        accuracy = evaluate_exits(load_model(str(folder), device="cpu"), texts, labels)
+        accuracy = evaluate_exits(load_model(str(folder), device=args.device), texts, labels)
         result["runs"].append({"head": head, "method": method, "seed": seed, "accuracy": {str(k): v for k, v in accuracy.items()}})
-        logging.info("[%s] %s %s seed %d: %s", name, head, method, seed, accuracy)
+        logger.info("[%s] %s %s seed %d: %s", name, head, method, seed, accuracy)
     result["summary"] = summarize(result)
     result["seconds"] = round(time.time() - started, 1)
     return result
@@ -160,24 +166,21 @@ def plot(result: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_arguments(parser, output=RESULTS / "multi_exit.json", seeds=[0, 1, 2], methods=list(METHODS))
     parser.add_argument("--datasets", nargs="+", default=["banking77", "emotion"])
     parser.add_argument("--train-size", type=int, default=2000)
     parser.add_argument("--test-size", type=int, default=1000)
-    parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--head-types", nargs="+", default=["mha", "linear"])
-    parser.add_argument("--methods", nargs="+", default=["acl_cl", "ce", "kd"])
-    parser.add_argument("--data-dir", default=None)
     parser.add_argument("--work-dir", default="output/bench_multi_exit")
-    parser.add_argument("--output", default=str(RESULTS / "multi_exit.json"))
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    setup_from_args(args)
+    args.methods = selected(args, list(METHODS))
     output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
     merged = json.loads(output.read_text()) if output.is_file() else {}
     for name in args.datasets:
         result = run_dataset(name, args)
         merged[name] = result
-        output.write_text(json.dumps(merged, indent=2, allow_nan=False) + "\n")
+        write_json(output, merged)  # {data set: ...} at the top, as before: no environment block
         plot(result, output.with_name(f"{output.stem}_{name}.png"))  # multi_exit.json -> multi_exit_<name>.png
         print(json.dumps(result["summary"]["acl_cl_gain"], indent=1))
 

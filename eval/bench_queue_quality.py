@@ -13,7 +13,7 @@ Two settings: ``sts`` trains on STS-B (score >= 4/5) + MRPC paraphrase pairs and
 test Spearman; ``answer_selection`` trains on its positive (question, answer) pairs and reports
 test MRR/MAP. All scores x100.
 
-    flock /tmp/cbert_bench.lock .venv/bin/python eval/bench_queue_quality.py [--steps 60] [--seeds 0 1 2]
+    flock /tmp/cbert_bench.lock .venv/bin/python eval/bench_queue_quality.py [--steps 60] [--seeds 0 1 2] [--only mnrl,queue]
 
 Writes eval/results/queue_quality_<settings>.json (+ .png).
 """
@@ -27,16 +27,15 @@ from pathlib import Path
 
 import torch
 
-from contrastive_bert.benchmarking import mean_std, write_results
-from contrastive_bert.data import resolve_data_dir
-from contrastive_bert.evaluation.tasks import evaluate_task
+from contrastive_bert.benchmarking import add_common_arguments, cap_rows, mean_std, selected, setup_from_args, write_results
+from contrastive_bert.data import load_dataset
+from contrastive_bert.evaluation.tasks import evaluate_split
 from contrastive_bert.models import load_model
 from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
 from contrastive_bert.training.queue_checkpoint import queue_callbacks
 from contrastive_bert.training.train_data import build_train_dataset
 
 RESULTS = Path(__file__).parent / "results" / "queue_quality.json"
-DEFAULT_DATA = resolve_data_dir()  # $CONTRASTIVE_BERT_DATA, else the hub
 
 METHODS: dict[str, tuple[str, dict]] = {
     "mnrl": ("mnrl", {"scale": 20.0}),
@@ -54,7 +53,7 @@ SETTINGS = {
 }
 
 
-def run_one(setting: str, method: str, seed: int, steps: int, batch_size: int, data_dir: str) -> dict:
+def run_one(setting: str, method: str, seed: int, steps: int, batch_size: int, data_dir: str, device: str, evaluation) -> dict:
     """Train one model and score it; returns the scores, the loss-part logs and the time."""
     loss_name, options = METHODS[method]
     entry = get_loss_entry(loss_name)
@@ -65,7 +64,7 @@ def run_one(setting: str, method: str, seed: int, steps: int, batch_size: int, d
     )
     torch.manual_seed(seed)
     train_dataset = build_train_dataset(recipe.datasets, entry.data_format, data_dir=data_dir, seed=seed)
-    model = load_model("default")
+    model = load_model("default", device=device)
     loss = entry.build(model, train_dataset, recipe)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as output_dir:
@@ -74,7 +73,7 @@ def run_one(setting: str, method: str, seed: int, steps: int, batch_size: int, d
             callbacks=queue_callbacks(loss),
         )
     seconds = time.perf_counter() - start
-    scores = evaluate_task(model, SETTINGS[setting]["eval"], data_dir=data_dir)
+    scores = evaluate_split(model, SETTINGS[setting]["eval"], evaluation)
     logs = [e for e in trainer.state.log_history if "loss" in e]
     result = {
         "seed": seed,
@@ -110,21 +109,22 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_arguments(parser, output="eval/results/queue_quality_<settings>.json", seeds=[0, 1, 2], methods=list(METHODS))
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
-    parser.add_argument("--data-dir", default=DEFAULT_DATA)
-    parser.add_argument("--output", default=None, help="default: eval/results/queue_quality_<settings>.json")
-    args = parser.parse_args()
-    if args.output is None:
+    args = parser.parse_args(argv)
+    setup_from_args(args)
+    args.methods = selected(args, list(METHODS))
+    args.steps = min(args.steps, args.max_steps or args.steps)
+    if "<settings>" in args.output:
         args.output = str(RESULTS.with_name(f"queue_quality_{'_'.join(args.settings)}.json"))
+    evaluation = {s: cap_rows(load_dataset(SETTINGS[s]["eval"], data_dir=args.data_dir), args.eval_rows) for s in args.settings}
 
-    untrained = load_model("default")
-    baseline = {s: evaluate_task(untrained, SETTINGS[s]["eval"], data_dir=args.data_dir) for s in args.settings}
+    untrained = load_model("default", device=args.device)
+    baseline = {s: evaluate_split(untrained, SETTINGS[s]["eval"], evaluation[s]) for s in args.settings}
     results: dict[str, dict] = {}
     runs: dict[str, dict] = {}
     for setting in args.settings:
@@ -132,7 +132,7 @@ def main() -> None:
         for method in args.methods:
             method_runs = []
             for seed in args.seeds:
-                run = run_one(setting, method, seed, args.steps, args.batch_size, args.data_dir)
+                run = run_one(setting, method, seed, args.steps, args.batch_size, args.data_dir, args.device, evaluation[setting])
                 print(f"{setting} {method} seed {seed}: {run['scores']} ({run['train_seconds']:.0f} s) {run['last_log']}", flush=True)
                 method_runs.append(run)
             runs[setting][method] = method_runs
@@ -149,7 +149,7 @@ def main() -> None:
         "untrained": {s: {k: baseline[s][k] for k in SETTINGS[s]["metrics"]} for s in args.settings},
         "results": results,
         "runs": runs,
-    })
+    }, device=args.device)
     plot(results, output.with_suffix(".png"))
     print(f"wrote {output}")
 

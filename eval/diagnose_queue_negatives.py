@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from contrastive_bert.benchmarking import write_results
+from contrastive_bert.benchmarking import add_common_arguments, selected, setup_from_args, write_results
 from contrastive_bert.evaluation.embedding_cache import encode_unique
 from contrastive_bert.models import load_model
 from contrastive_bert.training.train_data import build_train_dataset
@@ -52,17 +52,18 @@ def diagnose(model, names: list[str], data_dir: str | None) -> dict[str, float]:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", default=None)
-    parser.add_argument("--output", default=str(Path(__file__).parent / "results" / "queue_negatives_diagnosis.json"))
-    args = parser.parse_args()
-    model = load_model("default")
+    add_common_arguments(parser, output=Path(__file__).parent / "results" / "queue_negatives_diagnosis.json",
+                         methods=list(SETTINGS))
+    args = parser.parse_args(argv)
+    setup_from_args(args)
+    model = load_model("default", device=args.device)
     model.max_seq_length = 64
-    results = {setting: diagnose(model, names, args.data_dir) for setting, names in SETTINGS.items()}
+    results = {setting: diagnose(model, SETTINGS[setting], args.data_dir) for setting in selected(args, list(SETTINGS))}
     for setting, values in results.items():
         print(setting, {k: round(v, 3) for k, v in values.items()})
-    write_results(args.output, {"model": "default (all-MiniLM-L6-v2), untrained", "settings": SETTINGS, "results": results})
+    write_results(args.output, {"model": "default (all-MiniLM-L6-v2), untrained", "settings": SETTINGS, "results": results}, device=args.device)
 
 
 if __name__ == "__main__":
