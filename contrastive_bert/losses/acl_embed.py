@@ -117,8 +117,37 @@ class ACLEmbedLoss(nn.Module):
         angle_audit_every: with a cheaper estimate, also compute the exact angle on every this many
             decisions and record it (``exact_angle`` / ``exact_gated`` in ``angle_history``); 0 = never.
 
-    Input: one text column, labels (B,) ints. Returns ``{"ce": ..., "contrastive": lambda * SupCon}``
-    (the objective's parts; with gating on, their gradient is the gated one).
+    Returns ``{"ce": ..., "contrastive": lambda * SupCon}`` (the objective's parts; with gating on,
+    their gradient is the gated one).
+
+    Inputs:
+        +------------+-----------------------------------+
+        | Texts      | Labels                            |
+        +============+===================================+
+        | single     | class (int in [0, K))             |
+        +------------+-----------------------------------+
+
+        Registered as ``acl`` (data format ``labelled``: ``text``, ``label``; a ``ClassLabel``
+        column gives ``label_names``).
+
+    Recommendations:
+        - Use the ``group_by_label`` batch sampler (the registry's for this loss): SupCon needs
+          rows of the same class in a batch; anchors without a positive are left out.
+        - Batches of 32+ rows with several classes each; a single-class batch adds no contrast
+          (counted in ``single_class_batches``).
+        - A small ``contrastive_weight`` (0.02-0.1) and a higher learning rate for the new head
+          (``head_learning_rate``); ``angle_parameters="head_last_layer"`` unless the exact angle
+          is wanted (``"all"``: one extra backward per step).
+
+    Relations:
+        - ``mode="ce"`` is :class:`sentence_transformers.losses.SoftmaxLoss`-like cross-entropy on
+          one text; ``mode="supcon"`` is CE + :func:`~contrastive_bert.losses.supcon.supervised_contrastive_loss`
+          (the CE + SCL baseline); ``mode="acl"`` adds the label rows as anchors
+          (:func:`~contrastive_bert.losses.supcon.label_anchored_supcon`).
+        - Resembles :class:`sentence_transformers.losses.BatchAllTripletLoss` and the other
+          label-based losses, which contrast samples only, with no classifier.
+        - :class:`~contrastive_bert.losses.cross_layer.CrossLayerLoss` applies the same
+          label-anchored SupCon to exit heads on intermediate layers.
     """
 
     def __init__(

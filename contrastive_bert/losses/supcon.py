@@ -56,6 +56,25 @@ def supervised_contrastive_loss(embeddings: Tensor, labels: Tensor, temperature:
     Returns:
         Scalar: mean over anchors i with >= 1 positive of
         ``-1/|P(i)| sum_{p in P(i)} log(exp(s_ip) / sum_{a != i} exp(s_ia))``; 0 (with graph) if none.
+
+    Inputs:
+        +----------------------------+-------------------+
+        | Embeddings                 | Labels            |
+        +============================+===================+
+        | (M, d) rows (any encoder)  | (M,) int classes  |
+        +----------------------------+-------------------+
+
+    Recommendations:
+        - Batches with several rows per class (a ``group_by_label`` sampler): rows without a
+          positive are left out of the mean.
+        - tau 0.1-0.5; lower sharpens the contrast and needs more rows per class.
+
+    Relations:
+        - The contrastive term of :class:`~contrastive_bert.losses.acl_embed.ACLEmbedLoss` with
+          ``mode="supcon"``; :func:`label_anchored_supcon` adds label anchors to its rows.
+        - With one positive per anchor it is InfoNCE over the batch
+          (:class:`sentence_transformers.losses.MultipleNegativesRankingLoss`'s ``query_to_query``
+          terms); resembles :class:`sentence_transformers.losses.BatchAllTripletLoss` on labels.
     """
     if embeddings.dim() != 2 or labels.dim() != 1 or labels.shape[0] != embeddings.shape[0]:
         raise ValueError(
@@ -105,6 +124,22 @@ def label_anchored_supcon(
 
     Returns:
         Scalar loss (float32), with graph.
+
+    Inputs:
+        +--------------------------------------------+-------------------+
+        | Embeddings                                 | Labels            |
+        +============================================+===================+
+        | V views of (B, d) + V views of (C, d) rows | (B,) int classes  |
+        +--------------------------------------------+-------------------+
+
+    Recommendations:
+        - Label rows from the classifier's weight (ACL-Embed) or from encoded label names; with
+          them every anchor has a positive (its class's row) even in a batch with one row per class.
+
+    Relations:
+        - :func:`supervised_contrastive_loss` over the concatenated rows; ``label_embeddings=None`` is exactly it.
+        - The contrastive term of :class:`~contrastive_bert.losses.acl_embed.ACLEmbedLoss`
+          (``mode="acl"``) and of the cross-layer loss's ACL-CL (student and teacher views).
     """
     views = _as_views(embeddings, "embeddings")
     if views[0].shape[0] != labels.shape[0]:
