@@ -77,7 +77,7 @@ def add_model_argument(parser: argparse.ArgumentParser, default: Any = "default"
 
 def add_data_dir_argument(parser: argparse.ArgumentParser, default: Any = None) -> None:
     parser.add_argument("--data-dir", default=default, metavar="DIR",
-                        help="data folder (default: $CONTRASTIVE_BERT_DATA, else the hub)")
+                        help="folder holding the data sets, one subfolder each (default: $CONTRASTIVE_BERT_DATA, else the hub)")
 
 
 def add_batch_size_argument(parser: argparse.ArgumentParser, default: Any = 32, help: str = "texts per forward pass",

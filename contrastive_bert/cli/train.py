@@ -36,7 +36,7 @@ _HELP = {
     "learning_rate": "peak learning rate of the encoder (AdamW, linear decay after warm-up)",
     "head_learning_rate": "learning rate of the heads on top of the encoder (label and exit heads); none: --learning-rate",
     "warmup_ratio": "fraction of the steps with a linear learning-rate warm-up",
-    "weight_decay": "AdamW weight decay",
+    "weight_decay": "AdamW's decoupled weight decay (not applied to biases and LayerNorm weights)",
     "seed": "random seed of initialisation, shuffling and sampling (same seed, same run)",
     "max_seq_length": "texts are truncated to this many tokens; none keeps the model's limit",
     "max_train_samples": "train on the first N rows of the shuffled training set",

@@ -107,7 +107,7 @@ def workspace(tmp_path_factory, _tiny_model_session, shared_data):
     (folder / "texts.txt").write_text("\n".join(TEXTS) + "\n")
     model = copy.deepcopy(_tiny_model_session)
     names = load_dataset("banking77", split="test", data_dir=str(shared_data)).features["label"].names
-    add_exit_heads(model, names, exit_layers=[1, 2])
+    add_exit_heads(model, names, exit_layers=[1])
     model.save(str(folder / MULTI_EXIT_MODEL))
     from conftest import build_tiny_model
 
