@@ -320,7 +320,7 @@ def test_mine_cli(tiny_model, tmp_path, monkeypatch):
     from contrastive_bert.cli import mine
 
     source = tmp_path / "pairs.jsonl"
-    rows = [{"q": f"question {i} about {w}", "a": f"answer {i} on {w}"} for i, w in enumerate("abcdefghijkl")]
+    rows = [{"anchor": f"question {i} about {w}", "positive": f"answer {i} on {w}"} for i, w in enumerate("abcdefghijkl")]
     source.write_text("\n".join(json.dumps(r) for r in rows))
     monkeypatch.setattr("contrastive_bert.models.load_model", lambda *a, **k: tiny_model)
     parser = argparse.ArgumentParser()
