@@ -69,22 +69,15 @@ def load_guide_model(guide: nn.Module | str, model: nn.Module) -> nn.Module:
 
 class GuideFilter(nn.Module):
     """Args:
-        guide: a SentenceTransformer, or a name/path for :func:`contrastive_bert.models.load_model`
-            (``"default"``: the bundled all-MiniLM-L6-v2). Frozen, in eval mode.
+        guide: a SentenceTransformer, or a name/path (``"default"``: the bundled all-MiniLM-L6-v2),
+            made ready by :func:`load_guide_model` (frozen, eval mode; as GISTEmbed's guide in the registry).
         model: the model being trained (its tokenizer decides whether the guide re-tokenises).
         margin: GISTEmbedLoss's absolute margin (0 = drop anything the guide ranks above the positive).
     """
 
     def __init__(self, guide: nn.Module | str, model: nn.Module, margin: float = 0.0) -> None:
         super().__init__()
-        if isinstance(guide, str):
-            from contrastive_bert.models import load_model
-
-            device = next(unwrap_model(model).parameters()).device
-            guide = load_model(guide, device=str(device))
-        self.guide = guide
-        self.guide.requires_grad_(False)
-        self.guide.eval()
+        self.guide = load_guide_model(guide, model)
         self.margin = float(margin)
         trained = unwrap_model(model)
         self.must_retokenize = _tokenizer_vocab(trained) != _tokenizer_vocab(guide) or (

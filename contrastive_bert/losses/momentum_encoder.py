@@ -17,13 +17,12 @@ class MomentumEncoder(nn.Module):
 
     Args:
         model: the online SentenceTransformer (copied once; the copy never gets gradients).
-        momentum: m in [0, 1), e.g. 0.999 (MoCo).
+        momentum: m in [0, 1), e.g. 0.999 (MoCo); checked where the option is given
+            (:class:`~contrastive_bert.losses.queue_config.QueueConfig`).
     """
 
     def __init__(self, model: nn.Module, momentum: float) -> None:
         super().__init__()
-        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not (0.0 <= momentum < 1.0):
-            raise ValueError(f"loss_options.momentum: expected a float in [0, 1), got {momentum!r}")
         self.momentum = float(momentum)
         self.model = copy.deepcopy(unwrap_model(model))
         self.model.requires_grad_(False)
