@@ -10,6 +10,7 @@ from contrastive_bert.lazy import lazy_exports
 
 _EXPORTS = {
     "QueueInfoNCELoss": "queue_infonce",
+    "QueueInfoNCEConfig": "queue_config",
     "build_queue_infonce_loss": "queue_infonce",
     "CachedQueueInfoNCELoss": "cached_queue_infonce",
     "build_cached_queue_infonce_loss": "cached_queue_infonce",
