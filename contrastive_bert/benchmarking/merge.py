@@ -4,13 +4,16 @@
 ``OUT_DIR/*.jsonl`` whose key is not yet in the run log of the same name under the destination
 (records of a ``--dry-run`` are never merged), then rebuilds each benchmark's results JSON from
 the merged log with the benchmark's own ``--summary-only``, as listed in ``OUT_DIR/manifest.json``
-(written by the offline bundle's runner: ``{"benchmarks": [{"script", "run_log", "output"}]}``).
+(written by the offline bundle's runner: ``{"benchmarks": [{"script", "run_log", "output"}],
+"files": [...], "dry_run": bool}``). The ``files`` (results of benchmarks without a run log, e.g.
+``queue_speed_gpu.json``) are copied over the destination's, except from a dry run.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,17 +40,17 @@ def merge_run_log(source: str | Path, destination: str | Path) -> dict[str, int]
     return counts
 
 
-def read_manifest(folder: Path) -> list[dict]:
-    """The benchmarks listed in ``folder/manifest.json`` (empty without one)."""
+def read_manifest(folder: Path) -> dict:
+    """``folder/manifest.json`` (``{"benchmarks": [], "files": [], "dry_run": False}`` without one)."""
     path = folder / MANIFEST
-    if not path.is_file():
-        return []
-    entries = json.loads(path.read_text(encoding="utf-8")).get("benchmarks", [])
-    for entry in entries:
+    manifest = {"benchmarks": [], "files": [], "dry_run": False}
+    if path.is_file():
+        manifest.update(json.loads(path.read_text(encoding="utf-8")))
+    for entry in manifest["benchmarks"]:
         missing = {"script", "run_log", "output"} - set(entry)
         if missing:
             raise ValueError(f"{path}: benchmark entry {entry} lacks {sorted(missing)}")
-    return entries
+    return manifest
 
 
 def merge(source_dir: str | Path, destination_dir: str | Path, repo: str | Path = ".", summarise: bool = True) -> dict[str, dict]:
@@ -57,15 +60,23 @@ def merge(source_dir: str | Path, destination_dir: str | Path, repo: str | Path 
     if not source_dir.is_dir():
         raise ValueError(f"source_dir: expected a folder of run logs, got {source_dir}")
     logs = sorted(source_dir.glob("*.jsonl"))
-    if not logs:
-        raise ValueError(f"source_dir: no run logs (*.jsonl) in {source_dir}")
+    if not logs and not (source_dir / MANIFEST).is_file():
+        raise ValueError(f"source_dir: no run logs (*.jsonl) nor {MANIFEST} in {source_dir}")
     destination_dir.mkdir(parents=True, exist_ok=True)
     report = {}
     for log in logs:
         report[log.name] = merge_run_log(log, destination_dir / log.name)
         logger.info("%s: %s", log.name, report[log.name])
+    manifest = read_manifest(source_dir)
+    for name in manifest["files"]:
+        source = source_dir / Path(name).name
+        if manifest["dry_run"] or not source.is_file():
+            report[Path(name).name] = {"copied": False}
+            continue
+        shutil.copyfile(source, destination_dir / source.name)
+        report[source.name] = {"copied": True}
     if summarise:
-        for entry in read_manifest(source_dir):
+        for entry in manifest["benchmarks"]:
             name = Path(entry["run_log"]).name
             if report.get(name, {}).get("added"):
                 command = [sys.executable, str(repo / entry["script"]), "--summary-only",
