@@ -85,11 +85,13 @@ def test_triplets_and_pairs_do_not_mix(tmp_path):
         check_train_datasets([str(path), "stsb"], "pairs")
 
 
-def test_two_unnamed_columns_are_pairs_in_order(tmp_path):
+def test_two_unnamed_columns_are_refused(tmp_path):
+    """Two columns of other names are no longer read as (anchor, positive) in order (issue 21)."""
     path = tmp_path / "qa.csv"
     path.write_text("question text,answer text\nwho?,me\nwhere?,here\n", encoding="utf-8")
-    rows = build_train_dataset([str(path)], "pairs", seed=0)
-    assert sorted(zip(rows["anchor"], rows["positive"])) == [("where?", "here"), ("who?", "me")]
+    with pytest.raises(ValueError, match=r"cannot tell the format from the columns \['question text', 'answer text'\]; "
+                                         r"expected pairs \(anchor, positive\)"):
+        build_train_dataset([str(path)], "pairs", seed=0)
 
 
 def test_pair_score_tsv_trains_scored_pairs_and_positive_pairs(tmp_path):
