@@ -59,9 +59,12 @@ def resolve_model_name(name_or_path: str) -> str:
 
 def looks_local(name_or_path: str) -> bool:
     """A local path rather than a hub id: starts with ``.``, ``/`` or ``~``, has more than one
-    ``/`` (hub ids are ``name`` or ``owner/name``), or its parent folder exists here (``output/nope``
-    when ``output/`` exists: a mistyped run folder, not the hub's user ``output``)."""
+    ``/`` (hub ids are ``name`` or ``owner/name``), names a run's ``final`` folder, or its parent
+    folder exists here (``output/nope`` when ``output/`` exists: a mistyped run folder, not the
+    hub's user ``output``)."""
     if name_or_path.startswith((".", "/", "~", os.sep)) or name_or_path.count("/") > 1:
+        return True
+    if name_or_path.rstrip("/").endswith("/final"):
         return True
     parent = Path(name_or_path).parent
     return str(parent) not in ("", ".") and parent.is_dir()

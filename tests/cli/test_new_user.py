@@ -64,6 +64,7 @@ def test_what_looks_local():
     from contrastive_bert.models import looks_local
 
     assert looks_local("./model") and looks_local("../x") and looks_local("/abs/path") and looks_local("a/b/final")
+    assert looks_local("my-run/final")  # a run's final/ folder, even when my-run/ is not here
     assert not looks_local("sentence-transformers/all-MiniLM-L6-v2")  # no local folder sentence-transformers/
     assert not looks_local("all-MiniLM-L6-v2")
 
