@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"contrastive-bert {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # train says more (its checkpoint); elsewhere one line, no traceback
+        print(f"contrastive-bert {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
     return int(result or 0)
 
 
