@@ -258,3 +258,15 @@ def test_one_name_for_the_row_limit():
     assert args.max_samples == 7
     help_text = " ".join(_subparser("early-exit").format_help().split())
     assert "--device DEVICE torch device" in help_text and "--split SPLIT sweep:" in help_text
+
+
+def test_ctrl_c_in_another_subcommand_is_one_line(monkeypatch, capsys, shared_data):
+    import contrastive_bert.models
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(contrastive_bert.models, "load_model", interrupted)
+    assert main(["eval", "--model", "tiny", "--tasks", "stsb", "--data-dir", str(shared_data)]) == 130
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == "contrastive-bert eval: interrupted (Ctrl-C)" and "Traceback" not in err
