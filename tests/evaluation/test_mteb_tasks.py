@@ -323,4 +323,6 @@ def test_bundled_model_reproduces_published_retrieval_ndcg(bundled_model, shared
     assert bundled_model.max_seq_length == 256
     data = RetrievalData.from_splits(load_dataset(name, data_dir=shared_data))
     scores = evaluate_retrieval(bundled_model, data.corpus, data.queries, data.split("test"), batch_size=64)
+    print(f"{name}: nDCG@10 {scores['main_score']:.3f}, MAP@100 {scores['map_at_100']:.3f}, "
+          f"Recall@100 {scores['recall_at_100']:.3f}, {scores['evaluation_seconds']:.0f} s")
     assert scores["main_score"] == pytest.approx(PUBLISHED_NDCG_AT_10[name], abs=0.05)
