@@ -51,8 +51,18 @@ def _reranking(model, spec, data, split, **kwargs):
     return evaluate_answer_selection(model, data[split], **kwargs)
 
 
+def _retrieval(model, spec, data, split, batch_size: int = 64, show_progress_bar: bool = False):
+    from contrastive_bert.data.beir import RetrievalData
+    from contrastive_bert.evaluation.beir_evaluation import evaluate_retrieval_splits
+
+    scores = evaluate_retrieval_splits(model, RetrievalData.from_splits(data), [split], batch_size=batch_size,
+                                       show_progress_bar=show_progress_bar)[split]
+    return {k: v for k, v in scores.items() if k != "main_score"}
+
+
 # task type -> evaluator(model, spec, data, split, batch_size=..., show_progress_bar=...)
-EVALUATORS = {"pair-score": _sts, "pair-binary": _pair_binary, "classification": _classification, "reranking": _reranking}
+EVALUATORS = {"pair-score": _sts, "pair-binary": _pair_binary, "classification": _classification, "reranking": _reranking,
+              "retrieval": _retrieval}
 
 
 def _evaluable(task: str | DatasetSpec) -> DatasetSpec:

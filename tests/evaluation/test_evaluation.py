@@ -241,7 +241,7 @@ def test_evaluate_split_dispatches_by_task_type(shared_data):
     scores = evaluate_split(model, "answer_selection", {"test": answers.select(range(50))})
     assert {"mrr", "map", "num_queries"} <= set(scores)
     with pytest.raises(ValueError, match=r"split: 'banking77' has splits \['train', 'test'\], not 'validation'"):
-        evaluate_split(model, "banking77", load_dataset("banking77", data_dir=shared_data), split="validation")
+        evaluate_split(model, "banking77", load_dataset("banking77", data_dir=shared_data, dev_split=False), split="validation")
 
 
 def test_evaluate_tasks_with_tiny_model(tiny_model, shared_data):
