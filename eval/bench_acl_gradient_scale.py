@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> None:
             _, loss = train_label_classifier(model, train, names, method, recipe, output_dir,
                                              gradient_gating=True, angle_threshold=180.0)
         history = loss.angle_history
+        if not history:  # e.g. a --dry-run's two steps: no angle was measured
+            results[method] = {"angles_measured": 0}
+            continue
         ratio = [0.02 * h["grad_norm_contrastive"] / h["grad_norm_ce"] for h in history]
         results[method] = {
             "angle": mean_std([h["angle"] for h in history]),

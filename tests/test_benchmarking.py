@@ -241,3 +241,16 @@ def test_merge_command_reports_a_missing_folder(tmp_path, capsys):
 
     assert main(["merge", str(tmp_path / "nowhere"), str(tmp_path / "r")]) == 2
     assert "source_dir" in capsys.readouterr().err
+
+
+def test_merge_copies_results_without_a_run_log_except_from_a_dry_run(tmp_path):
+    source, destination = tmp_path / "out", tmp_path / "results"
+    source.mkdir()
+    (source / "speed_gpu.json").write_text('{"step": 0.01}')
+    (source / "manifest.json").write_text(json.dumps({"benchmarks": [], "files": ["speed_gpu.json"], "dry_run": False}))
+    assert merge(source, destination)["speed_gpu.json"] == {"copied": True}
+    assert json.loads((destination / "speed_gpu.json").read_text()) == {"step": 0.01}
+    (source / "manifest.json").write_text(json.dumps({"benchmarks": [], "files": ["speed_gpu.json"], "dry_run": True}))
+    (source / "speed_gpu.json").write_text('{"step": 99}')
+    assert merge(source, destination)["speed_gpu.json"] == {"copied": False}
+    assert json.loads((destination / "speed_gpu.json").read_text()) == {"step": 0.01}
