@@ -68,8 +68,8 @@ def load_from_hub(spec: DatasetSpec) -> datasets.DatasetDict:
         raise ValueError(offline_message(spec))
     try:
         if spec.task_type == "retrieval":
-            return load_beir_from_hub(spec.hub_id, getattr(spec, "hub_revision", None))
-        loaded = datasets.load_dataset(spec.hub_id, spec.hub_config)
+            return load_beir_from_hub(spec.hub_id, spec.hub_revision)
+        loaded = datasets.load_dataset(spec.hub_id, spec.hub_config, revision=spec.hub_revision)
     except ConnectionError:
         raise ValueError(offline_message(spec)) from None
     split_map = spec.hub_splits or {s: s for s in ("train", "validation", "test") if s in loaded}

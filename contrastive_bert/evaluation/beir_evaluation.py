@@ -13,14 +13,16 @@ from collections.abc import Sequence
 import torch
 
 from contrastive_bert.data.beir import RetrievalData
+from contrastive_bert.evaluation.dense_retrieval import exact_search
 from contrastive_bert.evaluation.retrieval_metrics import retrieval_scores
 
 TOP_K = 1000  # documents retrieved per query, as MTEB
 
 
-def _encode(model, texts: list[str], batch_size: int, show_progress_bar: bool) -> torch.Tensor:
-    embeddings = model.encode(texts, batch_size=batch_size, convert_to_tensor=True, normalize_embeddings=True,
-                              show_progress_bar=show_progress_bar)
+def _encode(encode, texts: list[str], batch_size: int, show_progress_bar: bool) -> torch.Tensor:
+    """``encode``: the model's ``encode_query`` or ``encode_document`` (as mteb calls them)."""
+    embeddings = encode(texts, batch_size=batch_size, convert_to_tensor=True, normalize_embeddings=True,
+                        show_progress_bar=show_progress_bar)
     return embeddings.float().cpu()
 
 
@@ -34,13 +36,13 @@ def evaluate_retrieval_splits(
     for split in splits:
         data.split(split)  # a clear error for a missing split, before encoding anything
     doc_ids = list(data.corpus)
-    corpus = _encode(model, [data.corpus[d] for d in doc_ids], batch_size, show_progress_bar)
+    corpus = _encode(model.encode_document, [data.corpus[d] for d in doc_ids], batch_size, show_progress_bar)
     results = {}
     for split in splits:
         qrels = data.split(split)
         query_ids = sorted(q for q in qrels if q in data.queries)[:max_queries]
-        queries = _encode(model, [data.queries[q] for q in query_ids], batch_size, show_progress_bar)
-        scores, indices = torch.topk(queries @ corpus.T, min(top_k, len(doc_ids)), dim=1)  # exact cosine search
+        queries = _encode(model.encode_query, [data.queries[q] for q in query_ids], batch_size, show_progress_bar)
+        scores, indices = exact_search(queries, corpus, top_k=top_k)
         run = {q: {doc_ids[i]: float(s) for s, i in zip(row_scores.tolist(), row_indices.tolist())}
                for q, row_scores, row_indices in zip(query_ids, scores, indices)}
         metrics = retrieval_scores({q: qrels[q] for q in query_ids}, run)

@@ -68,7 +68,7 @@ class _LocalDataMixin:
         """Read the local splits through the registry and map them to mteb's columns."""
         if self.data_loaded:
             return
-        raw = load_dataset(self.dataset_name, data_dir=self.data_dir)
+        raw = load_dataset(self.dataset_name, data_dir=self.data_dir, dev_split=False)  # the published splits, as mteb's own tasks
         splits = self._to_mteb_columns(raw)
         if self.max_samples is not None:
             splits = self._subsample(splits)
@@ -157,7 +157,7 @@ class _LocalRetrieval(_LocalDataMixin, AbsTaskRetrieval):
         """Corpus, queries and each evaluation split's qrels in mteb's ``RetrievalSplitData`` layout."""
         if self.data_loaded:
             return
-        raw = self.loader() if self.loader is not None else load_dataset(self.dataset_name, data_dir=self.data_dir)
+        raw = self.loader() if self.loader is not None else load_dataset(self.dataset_name, data_dir=self.data_dir, dev_split=False)
         missing = [name for name in (CORPUS, QUERIES, *self.metadata.eval_splits) if name not in raw]
         if missing:
             raise ValueError(f"data: {self.metadata.name} needs splits {missing}, got {list(raw)}")
