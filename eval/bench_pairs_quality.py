@@ -48,6 +48,7 @@ from contrastive_bert.benchmarking import (
 )
 from contrastive_bert.data import labelled_negative_triplets, load_dataset, resolve_data_dir
 from contrastive_bert.evaluation.tasks import evaluate_split
+from contrastive_bert.inference.general_ability import zero_shot_accuracy
 from contrastive_bert.models import load_model
 from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
 from contrastive_bert.training.losses_registry import build_loss
@@ -187,14 +188,8 @@ def train_rows(setting: str, method: Method, data_dir: str, seed: int, device: s
 
 
 def zero_shot_banking77(model, data_dir: str, eval_rows: int | None = None) -> float:
-    from contrastive_bert.inference import ZeroShotClassifier
-
-    test = load_dataset("banking77", split="test", data_dir=data_dir)
-    names = test.features["label"].names
-    test = cap_rows(test.shuffle(seed=0), eval_rows) if eval_rows else test
-    classifier = ZeroShotClassifier(model, [n.replace("_", " ") for n in names], template=ZERO_SHOT_TEMPLATE, batch_size=128)
-    predicted = classifier.similarities(test["text"]).argmax(axis=1)
-    return float((predicted == torch.tensor(test["label"]).numpy()).mean() * 100)
+    """Zero-shot Banking77 test accuracy by the 77 label names (the general-ability block's rule)."""
+    return zero_shot_accuracy(model, "banking77", data_dir, template=ZERO_SHOT_TEMPLATE, max_rows=eval_rows)
 
 
 def score(model, setting: str, data_dir: str, splits, eval_rows: int | None = None) -> dict[str, Any]:
