@@ -52,10 +52,14 @@ export PYTHONPATH="$WORK/src:$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export CONTRASTIVE_BERT_DATA="$WORK/data" CONTRASTIVE_BERT_DEFAULT_MODEL="$WORK/model"
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg HF_DATASETS_CACHE="$WORK/hf_cache"
+# Preflight: what the blocks import, with the versions (datasets 5.2 needs pyarrow >= 24, fsspec <= 2026.9).
 "$PYTHON" - <<'PY'
-import importlib.metadata as m, sys, torch
+import importlib.metadata as m, sys
+import torch, datasets, contrastive_bert.benchmarking, contrastive_bert.training  # noqa: F401  (fails here, not in a block)
+versions = {name: m.version(name) for name in ("sentence-transformers", "transformers", "datasets", "pyarrow", "fsspec",
+                                               "huggingface-hub")}
 print("[run.sh] python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available(),
-      "sentence-transformers", m.version("sentence-transformers"), "transformers", m.version("transformers"), flush=True)
+      " ".join(f"{k} {v}" for k, v in versions.items()), flush=True)
 PY
 "$PYTHON" "$WORK/src/scripts/offline/run_blocks.py" --src "$WORK/src" --out "$OUT_DIR" --results "$HERE/results" \
   --blocks "$BLOCKS" --minutes "$MINUTES" --device "$DEVICE" --threads "$THREADS" "${DRY[@]}"
