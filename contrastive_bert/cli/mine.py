@@ -36,10 +36,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "Mine hard negatives with FAISS for a pair data set (a registered name such as stsb, mrpc, "
             "answer_selection, or a .csv/.tsv/.jsonl/.parquet file with anchor/positive columns) "
             "and write (anchor, positive, negative...) rows: a .jsonl/.csv/.parquet file (--output; "
-            "train on it with train --datasets FILE) or a datasets folder (--output-dir)."
+            "train on it with train --datasets FILE) or a datasets folder (--output-dir). A retrieval data set "
+            "(scifact, nfcorpus, a BEIR folder) mines its own corpus for its queries and never takes a "
+            "judged-relevant document as a negative."
         ),
     )
-    add_dataset_argument(parser, "registered data set name or a local pair file")
+    add_dataset_argument(parser, "registered data set name, a local pair file or a BEIR folder")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--output", metavar="FILE", help="write a .jsonl, .csv or .parquet file")
     where.add_argument("--output-dir", metavar="DIR", help="write a datasets folder (Dataset.save_to_disk)")
@@ -113,6 +115,47 @@ def _write(dataset, output: Path) -> None:
         dataset.save_to_disk(str(output))
 
 
+def _is_retrieval(args: argparse.Namespace) -> bool:
+    from contrastive_bert.data import resolve_dataset_argument
+
+    if args.anchor_column or args.positive_column:
+        return False
+    return resolve_dataset_argument(args.dataset).task_type == "retrieval"
+
+
+def _mine_retrieval(args: argparse.Namespace, output: Path) -> int:
+    """A retrieval data set (scifact, nfcorpus, a BEIR folder): its train queries against its whole
+    corpus, every judged-relevant document of the query excluded, TopK-PercPos from
+    ``--relative-margin`` (:func:`contrastive_bert.corpus_mining.mine_corpus_negatives`)."""
+    from contrastive_bert.corpus_mining import mine_corpus_negatives
+    from contrastive_bert.data import load_dataset
+    from contrastive_bert.data.beir import RetrievalData
+    from contrastive_bert.models import load_model
+
+    unsupported = {"--range-min": args.range_min != 0, "--absolute-margin": args.absolute_margin is not None,
+                   "--max-score": args.max_score is not None, "--corpus": args.corpus is not None,
+                   "--output-format": args.output_format not in ("triplet", "n-tuple")}
+    given = [flag for flag, used in unsupported.items() if used]
+    if given:
+        raise ValueError(f"{given[0]}: not used for a retrieval data set (its own corpus is searched); "
+                         "use --range-max, --relative-margin, --num-negatives, --sampling-strategy")
+    data = RetrievalData.from_splits(load_dataset(args.dataset, data_dir=args.data_dir))
+    model = load_model(args.model, device=args.device)
+    mined = mine_corpus_negatives(
+        model, data, args.split, num_negatives=args.num_negatives, range_max=args.range_max or 100,
+        perc_pos=None if args.relative_margin is None else 1.0 - args.relative_margin,
+        sampling=args.sampling_strategy, batch_size=args.batch_size, backend="torch" if args.no_faiss else "auto",
+    )
+    if args.num_negatives == 1 or args.output_format == "triplet":
+        mined = mined.select_columns(["anchor", "positive", "negative_1"]).rename_column("negative_1", "negative")
+    if args.max_samples is not None:
+        mined = mined.select(range(min(args.max_samples, len(mined))))
+    _write(mined, output)
+    print(f"mined {len(mined)} rows ({', '.join(mined.column_names)}) from the {args.split} judgements of {args.dataset} "
+          f"against its {len(data.corpus)} documents, judged-relevant documents excluded -> {output}")
+    return 0
+
+
 def run_mine(args: argparse.Namespace) -> int:
     """Handler of ``contrastive-bert mine``; returns 0 and prints where the data set went."""
     from sentence_transformers.util import mine_hard_negatives
@@ -122,6 +165,8 @@ def run_mine(args: argparse.Namespace) -> int:
 
     output = _check_args(args)
     check_model_name(args.model)
+    if _is_retrieval(args):
+        return _mine_retrieval(args, output)
     pairs = _load_pairs(args)
     if args.max_samples is not None:
         pairs = pairs.select(range(min(args.max_samples, len(pairs))))

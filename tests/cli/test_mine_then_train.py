@@ -33,3 +33,37 @@ def test_empty_file_is_a_one_line_error(tmp_path, shared_data, tiny_loader, caps
     err = capsys.readouterr().err
     assert err.startswith("contrastive-bert train: error: ") and err.count("\n") == 1 and str(empty) in err, err
     assert not (tmp_path / "run").exists()
+
+
+def _beir_folder(folder):
+    """Six documents, four train queries (two judged documents each, one judged only in test)."""
+    folder.mkdir()
+    docs = {f"d{i}": f"document {i} about {topic}" for i, topic in enumerate(["cats", "dogs", "fish", "birds", "trees", "rocks"])}
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "title": "", "text": t}) + "\n" for d, t in docs.items()))
+    queries = {f"q{i}": f"question {i} about animals" for i in range(5)}
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
+    (folder / "qrels").mkdir()
+    train = [(f"q{i}", f"d{i}", 1) for i in range(4)] + [(f"q{i}", f"d{i + 1}", 2) for i in range(4)]
+    (folder / "qrels" / "train.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{g}\n" for q, d, g in train))
+    (folder / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq4\td5\t1\n")
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td5\t1\n")
+    return docs, train
+
+
+def test_retrieval_set_mines_its_corpus_without_judged_documents(tmp_path, tiny_loader, capsys):
+    folder = tmp_path / "beir"
+    docs, train = _beir_folder(folder)
+    mined = tmp_path / "mined.jsonl"
+    assert main(["mine", "--dataset", str(folder), "--output", str(mined), "--model", "tiny", "--num-negatives", "2",
+                 "--relative-margin", "0", "--output-format", "n-tuple", "--no-faiss"]) == 0
+    rows = [json.loads(line) for line in mined.read_text().splitlines()]
+    assert 4 <= len(rows) <= 8 and set(rows[0]) == {"anchor", "positive", "negative_1", "negative_2"}  # pairs left with < 2 candidates drop
+    text_to_doc = {text: doc for doc, text in docs.items()}
+    judged = {q: {d for q2, d, _ in train if q2 == q} | ({"d5"} if q == "q0" else set()) for q in ("q0", "q1", "q2", "q3")}
+    for row in rows:
+        query = "q" + row["anchor"].split()[1]
+        negatives = {text_to_doc[row["negative_1"]], text_to_doc[row["negative_2"]]}
+        assert not negatives & judged[query], (query, negatives)  # train and test judgements both excluded
+    assert main(["mine", "--dataset", str(folder), "--output", str(tmp_path / "x.jsonl"), "--model", "tiny",
+                 "--max-score", "0.9"]) == 2
+    assert "--max-score: not used for a retrieval data set" in capsys.readouterr().err
