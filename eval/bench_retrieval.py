@@ -160,7 +160,9 @@ class Context:
 
 def _base_model(device: str):
     model = load_model("default", device=device)
-    model.max_seq_length = MAX_SEQ_LENGTH
+    positions = getattr(getattr(model[0], "auto_model", None), "config", None)
+    limit = getattr(positions, "max_position_embeddings", MAX_SEQ_LENGTH)
+    model.max_seq_length = min(MAX_SEQ_LENGTH, limit)  # a small test model (dry runs) has fewer positions
     return model
 
 
@@ -197,14 +199,14 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     config = dict(method.configs[config_index])
     learning_rate = config.pop("learning_rate")
     rows = ctx.train_rows(setting, method.rows)
+    torch.manual_seed(seed)
+    model = _base_model(args.device)
     recipe = TrainingRecipe(
         datasets=[setting], loss=method.loss, loss_options=dict(config), epochs=EPOCHS,
         max_steps=DRY_RUN_STEPS if args.dry_run else -1, batch_size=method.batch_size, learning_rate=learning_rate,
-        max_seq_length=MAX_SEQ_LENGTH, seed=seed, save_steps=10**6, eval_steps=10**6, logging_steps=10,
+        max_seq_length=model.max_seq_length, seed=seed, save_steps=10**6, eval_steps=10**6, logging_steps=10,
         data_dir=args.data_dir, dev_task=None, eval_tasks=[],
     )
-    torch.manual_seed(seed)
-    model = _base_model(args.device)
     entry = get_loss_entry(method.loss)
     loss = entry.build(model, rows, recipe)
     start = time.perf_counter()

@@ -65,16 +65,18 @@ def test_bundle_dry_run_on_the_cpu_leaves_run_logs_and_merges_nothing(_tiny_mode
     environment = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "CONTRASTIVE_BERT_DATA": str(SHARED_DATA)}
     bundle, out = tmp_path / "bundle", tmp_path / "out"
     build = subprocess.run(["bash", str(REPO_ROOT / "scripts" / "offline_bundle.sh"), str(bundle), "--benchmarks",
-                            "queue_speed,pairs_quality", "--model", str(tmp_path / "tiny"), "--compression", "gz",
+                            "queue_speed,pairs_quality,retrieval_quality", "--model", str(tmp_path / "tiny"), "--compression", "gz",
                             "--no-wheels"], env=environment, capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
     assert {"run.sh", "model.tar.gz", "src.tar.gz", "data.tar.gz", "README.md", "blocks.txt"} <= {p.name for p in bundle.iterdir()}
-    assert (bundle / "blocks.txt").read_text().strip() == "queue_speed,pairs_quality"
+    assert (bundle / "blocks.txt").read_text().strip() == "queue_speed,pairs_quality,retrieval_quality"
     run = subprocess.run(["bash", str(bundle / "run.sh"), "--dry-run", "--device", "cpu", "--threads", "1", "--minutes", "6",
                           "--out", str(out)], env=environment, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     timing = json.loads((out / "timing.json").read_text())
-    assert [timing[b]["returncode"] for b in ("queue_speed", "pairs_quality")] == [0, 0], timing
+    assert [timing[b]["returncode"] for b in ("queue_speed", "pairs_quality", "retrieval_quality")] == [0, 0, 0], timing
+    retrieval = RunLog(out / "retrieval_quality_runs.jsonl").records()
+    assert {r["method"] for r in retrieval} == {"untrained", "mnrl"} and all(r["dry_run"] for r in retrieval)
     records = RunLog(out / "pairs_quality_runs.jsonl").records()
     assert records and all(r["dry_run"] for r in records)
     assert {r["method"] for r in records} == {"untrained", "angle"}
@@ -83,7 +85,9 @@ def test_bundle_dry_run_on_the_cpu_leaves_run_logs_and_merges_nothing(_tiny_mode
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["dry_run"] is True and manifest["files"] == ["queue_speed_gpu.json"]
     assert manifest["benchmarks"] == [{"script": "eval/bench_pairs_quality.py", "run_log": "pairs_quality_runs.jsonl",
-                                       "output": "pairs_quality.json"}]
+                                       "output": "pairs_quality.json"},
+                                      {"script": "eval/bench_retrieval.py", "run_log": "retrieval_quality_runs.jsonl",
+                                       "output": "retrieval_quality.json"}]
     report = merge(out, tmp_path / "results", repo=REPO_ROOT)  # a dry run's records and files are never merged
     assert report["pairs_quality_runs.jsonl"]["added"] == 0
     assert report["pairs_quality_runs.jsonl"]["dry_run"] == len(records)
