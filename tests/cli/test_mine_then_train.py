@@ -67,3 +67,18 @@ def test_retrieval_set_mines_its_corpus_without_judged_documents(tmp_path, tiny_
     assert main(["mine", "--dataset", str(folder), "--output", str(tmp_path / "x.jsonl"), "--model", "tiny",
                  "--max-score", "0.9"]) == 2
     assert "--max-score: not used for a retrieval data set" in capsys.readouterr().err
+
+
+def test_retrieval_set_trains_and_evaluates_through_the_cli(tmp_path, tiny_loader, capsys):
+    """(query, relevant document) pairs train; the dev evaluator and the before/after scores are nDCG@10."""
+    folder = tmp_path / "beir"
+    _beir_folder(folder)
+    run = tmp_path / "run"
+    assert main(["train", "--model", "tiny", "--datasets", str(folder), "--loss", "mnrl", "--max-steps", "2",
+                 "--batch-size", "4", "--dev-task", str(folder), "--eval-tasks", str(folder), "--eval-steps", "1",
+                 "--output-dir", str(run)]) == 0
+    results = json.loads((run / "results.json").read_text())
+    assert results["global_step"] == 2 and results["train_rows"] == 8  # 4 train queries x 2 judged documents
+    for moment in ("before", "after"):
+        scores = results[moment][str(folder)]
+        assert scores["main_score"] == scores["ndcg_at_10"] and 0 <= scores["main_score"] <= 100
