@@ -149,31 +149,56 @@ def table_pairs_sts(results: Results) -> str:
     return pairs_table(results, "sts")
 
 
+RETRIEVAL_LABELS = {
+    "mnrl": "MNRL (ST)",
+    "mnrl_st_mined": "MNRL on `mine_hard_negatives` triplets (ST)",
+    "queue_corpus_mined": "`queue_infonce` on corpus-mined triplets",
+    "mnrl_corpus_mined": "MNRL on corpus-mined triplets (ablation)",
+    "queue_hard": "`queue_infonce` + 8 hard negatives",
+    "gist": "GISTEmbed, guide: bundled model (ST)",
+    "queue": "`queue_infonce`, queue only",
+    "mnrl_hardness": "MNRL, hardness_mode in-batch (ST)",
+    "cached_mnrl": "CachedMNRL, batch 128 (ST)",
+    "cached_queue": "`cached_queue_infonce`, batch 128",
+}
+
+
 def table_retrieval(results: Results) -> str:
-    """retrieval_quality.json, rendered from its shape: setting -> method -> record (absent: said so)."""
+    """retrieval_quality.json: per setting the untrained model and each method's dev-chosen
+    configuration, dev and test nDCG@10 (test: mean ± std over seeds), MAP@100, Recall@100, and
+    the general-ability block (STS-B, mean zero-shot accuracy over Banking77, emotion and SST-2)."""
     if not results.has("retrieval_quality"):
         return "*Not run yet: `eval/results/retrieval_quality.json` does not exist.*"
     data = results["retrieval_quality"]
-    columns = [("dev", "ndcg_at_10", "dev nDCG@10"), ("test", "ndcg_at_10", "test nDCG@10"),
-               ("test", "map_at_100", "test MAP@100"), ("test", "recall_at_100", "test recall@100")]
+    header = ["method", "chosen on dev (configs run/planned)", "dev nDCG@10", "test nDCG@10: mean ± std (seeds)",
+              "test MAP@100", "test Recall@100", "STS-B test", "zero-shot mean (B77 / emotion / SST-2)", "train s"]
     blocks = []
-    for setting, methods in data.items():
-        if not isinstance(methods, Mapping) or setting in ("protocol", "environment"):
+    for setting, block in data.items():
+        if not isinstance(block, Mapping) or "untrained" not in block:
             continue
-        methods = methods.get("methods", methods)
-        extra = list(dict.fromkeys(k for run in methods.values() if isinstance(run, Mapping) for k in _general_keys(run)))
-        rows = []
-        for name, run in methods.items():
-            if not isinstance(run, Mapping):
-                continue
-            row = [PAIR_LABELS.get(name, f"`{name}`")]
-            row += [fmt(_metric(run, split, metric), seeds=split == "test" and metric == "ndcg_at_10")
-                    for split, metric, _ in columns]
-            row += [fmt(_general(run, key)) for key in extra]
-            rows.append(row)
-        header = ["method"] + [label for _, _, label in columns] + [GENERAL_LABELS.get(k, k) for k in extra]
-        blocks.append(f"*{setting}*\n\n" + table(header, rows))
-    return "\n\n".join(blocks)
+        untrained = block["untrained"]
+        shots = untrained["zero_shot"]
+        rows = [["untrained", "", fmt(untrained["dev"]["ndcg_at_10"]), fmt(untrained["test"]["ndcg_at_10"]),
+                 fmt(untrained["test"]["map_at_100"]), fmt(untrained["test"]["recall_at_100"]), fmt(untrained["stsb"]),
+                 f"{fmt(untrained['zero_shot_mean'], '.1f')} ({' / '.join(fmt(shots[k], '.1f') for k in ('banking77', 'emotion', 'sst2'))})",
+                 ""]]
+        for name, run in block["methods"].items():
+            chosen = run["chosen_on_dev"]
+            shots = run["zero_shot"]
+            rows.append([
+                RETRIEVAL_LABELS.get(name, f"`{name}`"),
+                f"{options_text(run['options'])} ({chosen['configs_tried']}/{chosen['configs_planned']})",
+                fmt(run["dev"]["ndcg_at_10"]), fmt(run["test"]["ndcg_at_10"], seeds=True),
+                fmt(run["test"]["map_at_100"]["mean"]), fmt(run["test"]["recall_at_100"]["mean"]), fmt(run["stsb"]["mean"]),
+                f"{fmt(run['zero_shot_mean']['mean'], '.1f')} "
+                f"({' / '.join(fmt(shots[k]['mean'], '.1f') for k in ('banking77', 'emotion', 'sst2'))})",
+                fmt(run["train_seconds"]["mean"], ".0f"),
+            ])
+        missing = block.get("missing_runs") or {}
+        note = (f"\n\nRuns still missing (configurations + seeds of the plan): "
+                + ", ".join(f"`{k}` {v}" for k, v in missing.items())) if missing else ""
+        blocks.append(f"*{setting}*\n\n" + table(header, rows) + note)
+    return "\n\n".join(blocks) if blocks else "*Not run yet: no setting of `retrieval_quality.json` has results.*"
 
 
 def _metric(run: Mapping, split: str, metric: str) -> object:

@@ -88,16 +88,29 @@ def test_retrieval_table_is_rendered_from_the_file_shape(tmp_path):
     results = _results(tmp_path, {})
     assert "Not run yet" in render_docs.table_retrieval(results)
     stat = lambda m, s: {"mean": m, "std": s, "values": [m - s, m, m + s]}  # noqa: E731
+    shots = {"banking77": 60.25, "emotion": 39.5, "sst2": 70.0}
     results = _results(tmp_path, {"retrieval_quality": {
-        "scifact": {"mnrl": {"dev": {"ndcg_at_10": stat(70.0, 0.5)},
-                             "test": {"ndcg_at_10": stat(66.25, 0.75), "map_at_100": 61.5, "recall_at_100": 92.0},
-                             "general": {"stsb": 82.5, "zero_shot_banking77": 60.25}}},
+        "protocol": {"epochs": 3},
+        "scifact": {
+            "untrained": {"dev": {"ndcg_at_10": 67.0}, "test": {"ndcg_at_10": 64.5, "map_at_100": 60.25, "recall_at_100": 92.5},
+                          "stsb": 82.0, "zero_shot": shots, "zero_shot_mean": 56.5},
+            "methods": {"mnrl": {
+                "options": {"scale": 20.0, "learning_rate": 2e-05},
+                "chosen_on_dev": {"config": 0, "configs_tried": 1, "configs_planned": 3},
+                "dev": {"ndcg_at_10": 70.5},
+                "test": {"ndcg_at_10": stat(66.25, 0.75), "map_at_100": stat(61.5, 0.5), "recall_at_100": stat(92.0, 1.0)},
+                "stsb": stat(82.5, 0.0), "zero_shot": {k: stat(v, 0.0) for k, v in shots.items()},
+                "zero_shot_mean": stat(56.25, 0.0), "train_seconds": stat(900.4, 0.0)}},
+            "missing_runs": {"mnrl": 4}},
         "environment": {"torch": "2.13"}}})
     assert render_docs.table_retrieval(results) == "\n".join([
         "*scifact*", "",
-        "| method | dev nDCG@10 | test nDCG@10 | test MAP@100 | test recall@100 | STS-B test | zero-shot Banking77 |",
-        "|---|---|---|---|---|---|---|",
-        "| MNRL (ST) | 70.00 ± 0.50 | 66.25 ± 0.75 (3) | 61.50 | 92.00 | 82.50 | 60.25 |"])
+        "| method | chosen on dev (configs run/planned) | dev nDCG@10 | test nDCG@10: mean ± std (seeds) | test MAP@100 "
+        "| test Recall@100 | STS-B test | zero-shot mean (B77 / emotion / SST-2) | train s |",
+        "|---|---|---|---|---|---|---|---|---|",
+        "| untrained |  | 67.00 | 64.50 | 60.25 | 92.50 | 82.00 | 56.5 (60.2 / 39.5 / 70.0) |  |",
+        "| MNRL (ST) | scale 20.0, lr 2e-05 (1/3) | 70.50 | 66.25 ± 0.75 (3) | 61.50 | 92.00 | 82.50 | 56.2 (60.2 / 39.5 / 70.0) | 900 |",
+        "", "Runs still missing (configurations + seeds of the plan): `mnrl` 4"])
 
 
 def test_readme_standings_need_their_markers(tmp_path):
