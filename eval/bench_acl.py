@@ -56,6 +56,7 @@ from contrastive_bert.benchmarking import (
     setup_from_args,
     write_json,
 )
+from contrastive_bert.inference.general_ability import general_ability, summarize_general
 
 logger = logging.getLogger("bench_acl")
 
@@ -273,6 +274,7 @@ def train_run(spec: dict, splits: dict, args) -> dict:
             embeddings = model.encode(texts, batch_size=128, convert_to_tensor=True, show_progress_bar=False)
             predicted = head.logits(embeddings.to(head.weight.device).float()).argmax(dim=1).cpu().numpy()
         record[split] = _scores(gold, predicted)
+    record["general"] = general_ability(model, args.data_dir, max_rows=args.eval_rows)  # did the classifier cost the encoder?
     return record
 
 
@@ -441,6 +443,7 @@ def _method_entry(seeds: list[dict], best: dict | None, dev_runs: list[dict], re
         entry["train_seconds"] = mean_std([r["train_seconds"] for r in seeds])
         step_times = [r["step_seconds_median"] for r in seeds if r.get("step_seconds_median") is not None]
         entry["step_seconds_median"] = statistics.fmean(step_times) if step_times else None
+        entry["general"] = summarize_general([r.get("general") for r in seeds])
         for name in ("gated_share", "mean_angle", "agreement_with_exact", "mean_exact_angle"):
             values = [r[name] for r in seeds if r.get(name) is not None]
             entry[name] = statistics.fmean(values) if values else None

@@ -11,7 +11,9 @@ The protocol (same for every method):
   configurations with seed 0, the same number for every method; then the chosen configuration
   with seeds 0, 1, 2 (seed 0 is the tuning run), test mean and std;
 * general ability: zero-shot Banking77 accuracy by label names (all 77 intents, template
-  "This text is about {}.") for every trained model.
+  "This text is about {}.") for every trained model, and, for runs logged since issue 21, the
+  package's general-ability block (``general``: STS-B test plus zero-shot Banking77, emotion and
+  SST-2; :mod:`contrastive_bert.inference.general_ability`).
 
 Resumable (``contrastive_bert.benchmarking.RunLog``): every finished run is appended to
 ``pairs_quality_runs.jsonl`` and skipped on restart; the summary ``pairs_quality.json``
@@ -48,7 +50,7 @@ from contrastive_bert.benchmarking import (
 )
 from contrastive_bert.data import labelled_negative_triplets, load_dataset, resolve_data_dir
 from contrastive_bert.evaluation.tasks import evaluate_split
-from contrastive_bert.inference.general_ability import zero_shot_accuracy
+from contrastive_bert.inference.general_ability import general_ability, summarize_general, zero_shot_accuracy
 from contrastive_bert.models import load_model
 from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
 from contrastive_bert.training.losses_registry import build_loss
@@ -201,6 +203,7 @@ def score(model, setting: str, data_dir: str, splits, eval_rows: int | None = No
         "test": test[spec["metric"]],
         "test_extra": {m: test[m] for m in spec["extra_metrics"] if m in test},
         "zero_shot_banking77": zero_shot_banking77(model, data_dir, eval_rows),
+        "general": general_ability(model, data_dir, max_rows=eval_rows),
     }
 
 
@@ -260,6 +263,7 @@ def summarize(runs: dict[str, dict], untrained: dict[str, dict]) -> dict:
                 "test": mean_std([r["test"] for r in seeds]),
                 "test_extra": {m: mean_std([r["test_extra"][m] for r in seeds]) for m in seeds[0]["test_extra"]},
                 "zero_shot_banking77": mean_std([r["zero_shot_banking77"] for r in seeds]),
+                "general": summarize_general([r.get("general") for r in seeds]),
                 "steps": seeds[0]["steps"], "epochs": EPOCHS, "batch_size": method.batch_size,
                 "train_rows": seeds[0]["train_rows"],
                 "train_seconds": mean_std([r["train_seconds"] for r in seeds]),
@@ -323,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
             key = run_key(setting, "untrained", 0, 0)
             if key in runs and setting not in untrained:
                 untrained[setting] = {k: runs[key][k] for k in ("dev", "test", "test_extra", "zero_shot_banking77")}
+                if "general" in runs[key]:
+                    untrained[setting]["general"] = {k: v["mean"] for k, v in summarize_general([runs[key]["general"]]).items()}
         summary = summarize(runs, untrained)
         payload = {"protocol": {"epochs": EPOCHS, "batch_size": BATCH_SIZE, "cached_batch_size": CACHED_BATCH_SIZE,
                                 "max_seq_length": MAX_SEQ_LENGTH, "warmup_ratio": 0.1, "model": "all-MiniLM-L6-v2 (bundled)",

@@ -47,3 +47,18 @@ def general_ability(model, data_dir: str | None = None, max_rows: int | None = N
         "zero_shot": zero_shot,
         "zero_shot_mean": float(np.mean(list(zero_shot.values()))),
     }
+
+
+def summarize_general(blocks: list[dict | None]) -> dict | None:
+    """Mean ± std over runs of their :func:`general_ability` blocks, flat: ``stsb``,
+    ``zero_shot_<set>``, ``zero_shot_mean``; None if any run lacks the block (runs logged before
+    it existed), so a partial mean is never reported."""
+    from contrastive_bert.benchmarking import mean_std
+
+    if not blocks or any(block is None for block in blocks):
+        return None
+    summary = {"stsb": mean_std([b["stsb"] for b in blocks])}
+    for name in ZERO_SHOT_SETS:
+        summary[f"zero_shot_{name}"] = mean_std([b["zero_shot"][name] for b in blocks])
+    summary["zero_shot_mean"] = mean_std([b["zero_shot_mean"] for b in blocks])
+    return summary

@@ -117,3 +117,15 @@ def test_zero_shot_equals_an_encoded_head_extended_by_names(tiny_model):
     add_labels_from_names(tiny_model, LABELS[2:])  # a label the head never had, by its name alone
     classifier = ZeroShotClassifier(tiny_model, LABELS, template=template, scale=20.0)
     np.testing.assert_allclose(classifier.predict_proba(TEXTS), predict_proba(tiny_model, TEXTS), rtol=1e-4, atol=1e-5)
+
+
+def test_general_block_summary_needs_every_run():
+    from contrastive_bert.inference.general_ability import summarize_general
+
+    block = lambda s, b: {"stsb": s, "zero_shot": {"banking77": b, "emotion": 40.0, "sst2": 70.0}, "zero_shot_mean": (b + 110) / 3}  # noqa: E731
+    summary = summarize_general([block(82.0, 60.0), block(84.0, 62.0)])
+    assert summary["stsb"]["mean"] == 83.0 and summary["stsb"]["std"] == pytest.approx(2 ** 0.5)
+    assert summary["zero_shot_banking77"]["values"] == [60.0, 62.0] and summary["zero_shot_emotion"]["std"] == 0.0
+    assert summary["zero_shot_mean"]["mean"] == pytest.approx(57.0)
+    assert summarize_general([block(82.0, 60.0), None]) is None  # a run logged before the block: no partial mean
+    assert summarize_general([]) is None
