@@ -63,7 +63,10 @@ logger = logging.getLogger("bench_acl")
 RESULTS = Path(__file__).resolve().parent / "results"
 DATASETS = ("banking77", "emotion", "sst2")
 REGIMES = ("full", "10-shot")
-TRAINED_METHODS = ("ce", "supcon", "acl_embed", "acl_embed_grad")
+TRAINED_METHODS = ("ce", "supcon", "acl_embed", "acl_embed_encoded", "acl_embed_grad")
+# acl_embed_encoded: ACL-Embed whose label rows are the encoder's embeddings of the label names
+ENCODED_LABELS = {"acl_embed_encoded": "acl_embed"}  # bench method -> package method (+ label_embedding="encoded")
+GRAD_SEEDS_IF_GATED_OVER = 0.05  # ACL-Grad: one run at ACL-Embed's choice; all seeds only if it gates > 5% of steps
 SEEDS = {"full": [0, 1, 2], "10-shot": [0, 1, 2, 3, 4]}
 TRAIN_SAMPLES = {"banking77": None, "emotion": 3000, "sst2": 3000}  # budget: 2 shared CPU cores, ~8 h in all
 MAX_SEQ_LENGTH = {"banking77": 32, "emotion": 48, "sst2": 48}
@@ -77,9 +80,10 @@ CONTRASTIVE = {"full": [(0.1, 0.3), (0.5, 0.1)], "10-shot": [(0.1, 0.3), (0.5, 0
 ANGLE_THRESHOLD = 90.0
 AUDIT_EVERY = 20
 LOG_ANGLE_EVERY = 10
-# Run order, most informative first: ACL-Grad's cost (short), Banking77 full CE vs ACL, then the cheap 10-shot rows.
-BLOCKS = [("cost", "cost"), ("banking77", "full"), ("banking77", "10-shot"), ("emotion", "10-shot"),
-          ("emotion", "full"), ("sst2", "full")]
+# Run order, most informative per CPU hour first: ACL-Grad's cost (short), emotion full (3,000 rows, a
+# complete verdict in ~2 h), Banking77 full (~20 min a run), the 10-shot rows (done but the encoded head), SST-2.
+BLOCKS = [("cost", "cost"), ("emotion", "full"), ("banking77", "full"), ("banking77", "10-shot"), ("emotion", "10-shot"),
+          ("sst2", "full")]
 COST_VARIANTS = {  # ACLEmbedLoss options, lambda 0.5, tau 0.1
     "ce": {"mode": "ce", "gradient_gating": False},
     "acl_embed": {"gradient_gating": False},
@@ -177,9 +181,11 @@ def loss_options(spec: dict) -> dict:
         options.update(contrastive_weight=spec["contrastive_weight"], temperature=spec["temperature"])
     if spec["method"] == "acl_embed_grad":
         options.update(angle_threshold=ANGLE_THRESHOLD, angle_parameters="head_last_layer", angle_audit_every=AUDIT_EVERY)
-    elif spec["method"] in ("supcon", "acl_embed"):  # log the angle; threshold 180 never gates a finite angle
+    elif spec["method"] in ("supcon", "acl_embed", "acl_embed_encoded"):  # log the angle; threshold 180 never gates a finite angle
         options.update(gradient_gating=True, angle_threshold=180.0, angle_parameters="head_last_layer",
                        angle_every=LOG_ANGLE_EVERY, angle_audit_every=AUDIT_EVERY // LOG_ANGLE_EVERY)
+    if spec["method"] in ENCODED_LABELS:
+        options.update(label_embedding="encoded")
     options.update(spec.get("options", {}))
     return options
 
@@ -260,7 +266,8 @@ def train_run(spec: dict, splits: dict, args) -> dict:
     timer = StepTimer()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as output_dir:
-        trainer, loss = train_label_classifier(model, train, splits["names"], spec["method"], recipe, output_dir,
+        method = ENCODED_LABELS.get(spec["method"], spec["method"])
+        trainer, loss = train_label_classifier(model, train, splits["names"], method, recipe, output_dir,
                                                callbacks=[timer], **loss_options(spec))
     seconds = time.perf_counter() - start
     head = find_label_head(model)
@@ -345,8 +352,10 @@ def plan_block(dataset: str, regime: str, runs: dict[str, dict]) -> Iterator[dic
         return
     for seed in logreg_seeds(regime):
         yield {"dataset": dataset, "regime": regime, "method": "logreg", "seed": seed}
-    order = [("select", "ce"), ("select", "acl_embed"), ("final", "acl_embed_grad"), ("final", "ce"),
-             ("final", "acl_embed"), ("select", "supcon"), ("final", "supcon")]
+    # every method's seed-0 choice first (a one-seed verdict early), then the seeds
+    order = [("select", "ce"), ("select", "acl_embed"), ("select", "supcon"), ("select", "acl_embed_encoded"),
+             ("final", "acl_embed_grad"), ("final", "ce"), ("final", "acl_embed"), ("final", "supcon"),
+             ("final", "acl_embed_encoded")]
     for phase, method in order:
         candidates = candidates_of(dataset, regime, method, runs)
         if candidates is None:
@@ -358,8 +367,19 @@ def plan_block(dataset: str, regime: str, runs: dict[str, dict]) -> Iterator[dic
         if best is None:
             yield from candidates
             return
-        for seed in SEEDS[regime]:
+        for seed in final_seeds(method, regime, runs, best):
             yield {**best, "seed": seed}
+
+
+def final_seeds(method: str, regime: str, runs: dict[str, dict], best: dict) -> list[int]:
+    """The seeds a chosen configuration runs: all of the regime's, but ACL-Grad runs seed 0 alone unless
+    that run gated more than ``GRAD_SEEDS_IF_GATED_OVER`` of its steps (else it is ACL-Embed again)."""
+    if method != "acl_embed_grad":
+        return SEEDS[regime]
+    first = runs.get(run_key({**best, "seed": 0}))
+    if first is None or (first.get("gated_share") or 0.0) <= GRAD_SEEDS_IF_GATED_OVER:
+        return [0]
+    return SEEDS[regime]
 
 
 def next_run(blocks: list[tuple[str, str]], runs: dict[str, dict]) -> dict | None:
@@ -396,9 +416,13 @@ def build_summary(log: list[dict], args) -> tuple[dict, dict]:
                 seeds = [runs[run_key({**best, "seed": s})] for s in SEEDS[regime] if best and run_key({**best, "seed": s}) in runs]
                 dev = [runs[run_key(c)] for c in candidates if run_key(c) in runs]
                 if dev:
-                    entry[method] = _method_entry(seeds, best, dev, regime)
+                    planned = final_seeds(method, regime, runs, best) if best else SEEDS[regime]
+                    entry[method] = _method_entry(seeds, best, dev, regime, planned)
             if entry:
                 summary.setdefault(dataset, {})[regime] = entry
+    verdicts = {dataset: {regime: verdict(entry, regime) for regime, entry in regimes.items()}
+                for dataset, regimes in summary.items()}
+    summary["verdict"] = verdicts
     cost = [r for r in log if r["regime"] == "cost"]
     return summary, {
         "acl_grad_cost": _cost_summary(cost),
@@ -412,7 +436,11 @@ def build_summary(log: list[dict], args) -> tuple[dict, dict]:
             "epochs": {"full": EPOCHS_FULL, "10-shot": f"max(3, ceil({MIN_STEPS_FEW_SHOT} / steps per epoch))"},
             "batch_size": BATCH_SIZE, "head_learning_rate": HEAD_LEARNING_RATE, "max_seq_length": MAX_SEQ_LENGTH,
             "learning_rates": LEARNING_RATES, "lambda_tau": CONTRASTIVE, "seeds": SEEDS, "shots": SHOTS,
-            "selection": "CE picks the learning rate on dev; SupCon and ACL-Embed pick (lambda, tau) at that rate; ACL-Embed + ACL-Grad reuses ACL-Embed's choice",
+            "selection": ("CE picks the learning rate on dev; SupCon, ACL-Embed and ACL-Embed with encoded label names pick "
+                          "(lambda, tau) at that rate; ACL-Embed + ACL-Grad reuses ACL-Embed's choice"),
+            "acl_grad_seeds": (f"one run (seed 0) at ACL-Embed's choice; the other seeds only if it gates more than "
+                               f"{GRAD_SEEDS_IF_GATED_OVER:.0%} of its steps (runs logged before this rule ran every seed)"),
+            "encoded_labels": "acl_embed_encoded: ACLEmbedLoss(label_embedding='encoded'), the label rows are the encoder's embeddings of the bare label names",
             "acl_grad": f"angle over the head + last encoder layer every step, threshold {ANGLE_THRESHOLD}; exact angle (all parameters) audited every {AUDIT_EVERY} steps",
             "agreement_with_exact": f"share of audited steps where (cheap angle > {ANGLE_THRESHOLD}) == (exact angle > {ANGLE_THRESHOLD})",
             "angles_of_ungated_methods": f"SupCon and ACL-Embed: the same estimate every {LOG_ANGLE_EVERY} steps at threshold 180 (never gates), the exact angle every {AUDIT_EVERY} steps; CE has no contrastive term",
@@ -424,7 +452,8 @@ def build_summary(log: list[dict], args) -> tuple[dict, dict]:
     }
 
 
-def _method_entry(seeds: list[dict], best: dict | None, dev_runs: list[dict], regime: str) -> dict:
+def _method_entry(seeds: list[dict], best: dict | None, dev_runs: list[dict], regime: str,
+                  planned: list[int] | None = None) -> dict:
     entry: dict = {"chosen_on_dev": _config_of(best) if best else None,
                    "dev": None, "candidates": [{**_config_of(r), "dev": r["dev"]} for r in dev_runs]}
     if best is not None:
@@ -434,7 +463,7 @@ def _method_entry(seeds: list[dict], best: dict | None, dev_runs: list[dict], re
         entry["chosen_on_dev"] = {"classifier": "LogisticRegression(max_iter=1000) on frozen embeddings"}
         entry["dev"] = seeds[0]["dev"]
     entry["seeds_done"] = [r["seed"] for r in seeds]
-    entry["seeds_planned"] = logreg_seeds(regime) if seeds and seeds[0]["method"] == "logreg" else SEEDS[regime]
+    entry["seeds_planned"] = logreg_seeds(regime) if seeds and seeds[0]["method"] == "logreg" else (planned or SEEDS[regime])
     if seeds:
         entry["test"] = {metric: mean_std([r["test"][metric] for r in seeds]) for metric in ("accuracy", "macro_f1")}
         entry["epochs"] = seeds[0]["epochs"]
@@ -448,6 +477,51 @@ def _method_entry(seeds: list[dict], best: dict | None, dev_runs: list[dict], re
             values = [r[name] for r in seeds if r.get(name) is not None]
             entry[name] = statistics.fmean(values) if values else None
     return entry
+
+
+ACL_VARIANTS = ("acl_embed", "acl_embed_encoded", "acl_embed_grad")
+
+
+def paired_difference(a: dict, b: dict) -> dict | None:
+    """Test accuracy of method entry ``a`` minus ``b`` on the seeds both ran: mean, std, n and the
+    seeds ``a`` won; ``clear`` when every seed agrees in sign and |mean| exceeds the std."""
+    scores_a = dict(zip(a.get("seeds_done", []), (a.get("test") or {}).get("accuracy", {}).get("values", [])))
+    scores_b = dict(zip(b.get("seeds_done", []), (b.get("test") or {}).get("accuracy", {}).get("values", [])))
+    seeds = sorted(set(scores_a) & set(scores_b))
+    if not seeds:
+        return None
+    diffs = [scores_a[s] - scores_b[s] for s in seeds]
+    stat = mean_std(diffs)
+    won = sum(d > 0 for d in diffs)
+    return {"mean": stat["mean"], "std": stat["std"], "values": diffs, "seeds": seeds, "seeds_won": won,
+            "clear": len(seeds) > 1 and (won in (0, len(seeds))) and abs(stat["mean"]) > stat["std"]}
+
+
+def verdict(entry: dict, regime: str) -> dict:
+    """Which trained method is best on test (each tuned on dev, all of the regime's seeds run), its
+    paired margins over CE and SupCon, and the best ACL variant against SupCon; ``pending`` names the
+    methods whose seeds are not all in yet (a verdict with pending methods is provisional)."""
+    complete = {m: e for m, e in entry.items() if m in TRAINED_METHODS and len(e.get("seeds_done", [])) == len(SEEDS[regime])}
+    pending = {m: f"{len(e.get('seeds_done', []))} of {len(e.get('seeds_planned', SEEDS[regime]))} seeds"
+               for m, e in entry.items() if m in TRAINED_METHODS and m not in complete
+               and not (m == "acl_embed_grad" and e.get("seeds_planned") == [0] and e.get("seeds_done") == [0])}
+    pending.update({m: "not run" for m in TRAINED_METHODS if m not in entry})
+    result: dict = {"methods_complete": sorted(complete), "pending": pending, "seeds": SEEDS[regime]}
+    if not complete:
+        return result
+    best = max(complete, key=lambda m: complete[m]["test"]["accuracy"]["mean"])
+    result.update(best=best, best_test_accuracy=complete[best]["test"]["accuracy"])
+    for baseline in ("ce", "supcon"):
+        if baseline in complete and baseline != best:
+            result[f"best_vs_{baseline}"] = paired_difference(complete[best], complete[baseline])
+    acl = [m for m in ACL_VARIANTS if m in complete]
+    if acl:
+        best_acl = max(acl, key=lambda m: complete[m]["test"]["accuracy"]["mean"])
+        result["best_acl"] = best_acl
+        for baseline in ("ce", "supcon"):
+            if baseline in complete:
+                result[f"best_acl_vs_{baseline}"] = paired_difference(complete[best_acl], complete[baseline])
+    return result
 
 
 def _cost_summary(cost: list[dict]) -> dict:
