@@ -246,12 +246,15 @@ def acl_table(results: Results, dataset: str, regime: str = "10-shot") -> str:
         gated = run.get("gated_share")
         angle = run.get("mean_angle")
         agreement = run.get("agreement_with_exact") if name == "acl_embed_grad" else None
+        general = run.get("general") or {}
         rows.append([ACL_LABELS.get(name, name), chosen_text, fmt((run.get("dev") or {}).get("accuracy")),
                      fmt(test.get("accuracy"), seeds=True), fmt(mean_of(test["macro_f1"]) if "macro_f1" in test else None),
+                     fmt(mean_of(general["stsb"]) if general.get("stsb") is not None else None),
+                     fmt(mean_of(general["zero_shot_mean"]) if general.get("zero_shot_mean") is not None else None),
                      "" if gated is None else f"{100 * gated:.1f}%", "" if angle is None else f"{angle:.0f}°",
                      "" if agreement is None else f"{100 * agreement:.0f}%"])
     return table(["method", "chosen on dev", "dev acc.", "test acc.: mean ± std (seeds)", "test macro-F1",
-                  "ACL-Grad gated", "mean angle", "cheap angle agrees with exact"], rows)
+                  "STS-B after", "zero-shot mean after", "ACL-Grad gated", "mean angle", "cheap angle agrees with exact"], rows)
 
 
 def table_acl_banking77(results: Results) -> str:
@@ -294,11 +297,14 @@ def table_acl_verdict(results: Results) -> str:
     for dataset, regime in ACL_BLOCKS:
         label, regime_label = ACL_DATASETS[dataset], ACL_REGIMES[regime]
         v = verdicts.get(dataset, {}).get(regime)
+        pending = "; ".join(f"{ACL_LABELS.get(m, m)}: {what}" for m, what in (v or {}).get("pending", {}).items())
         if v is None or "best" not in v:
-            rows.append([label, regime_label, "not run yet", "", "", "", ""])
+            started = v is not None and any(what != "not run" for what in v.get("pending", {}).values())
+            rows.append([label, regime_label, "running" if started else "not run yet", "", "", "", pending if started else ""])
             continue
-        pending = "; ".join(f"{ACL_LABELS.get(m, m)}: {what}" for m, what in v.get("pending", {}).items())
         best = f"{ACL_LABELS.get(v['best'], v['best'])} {fmt(v['best_test_accuracy'])}"
+        if v.get("best_on_dev"):
+            best += " (dev picks the same)" if v["best_on_dev"] == v["best"] else f" (dev picks {ACL_LABELS.get(v['best_on_dev'], v['best_on_dev'])})"
         acl = f"{ACL_LABELS.get(v['best_acl'], v['best_acl'])} {_paired(v.get('best_acl_vs_supcon'))}" if v.get("best_acl") else ""
         rows.append([label, regime_label, best, _paired(v.get("best_vs_ce")) or "(is CE)",
                      _paired(v.get("best_vs_supcon")) or ("(is SupCon)" if v["best"] == "supcon" else ""), acl, pending])

@@ -23,8 +23,8 @@ def bench():
     sys.modules.pop(spec.name, None)
 
 
-def entry(seeds: list[int], accuracies: list[float], planned: list[int] | None = None) -> dict:
-    return {"seeds_done": seeds, "seeds_planned": planned or [0, 1, 2],
+def entry(seeds: list[int], accuracies: list[float], planned: list[int] | None = None, dev: float | None = None) -> dict:
+    return {"seeds_done": seeds, "seeds_planned": planned or [0, 1, 2], "dev": {"accuracy": dev},
             "test": {"accuracy": {"mean": statistics.fmean(accuracies), "values": accuracies}}}
 
 
@@ -41,11 +41,13 @@ def test_paired_difference_pairs_by_seed(bench):
 
 
 def test_verdict_best_among_complete_methods(bench):
-    regime = {"ce": entry([0, 1, 2], [80.0, 81.0, 82.0]), "supcon": entry([0, 1, 2], [82.0, 82.0, 83.0]),
-              "acl_embed": entry([0, 1, 2], [81.0, 83.0, 82.0]),
-              "acl_embed_encoded": entry([0], [99.0])}  # one seed of three: pending, never "best"
+    regime = {"ce": entry([0, 1, 2], [80.0, 81.0, 82.0], dev=90.0), "supcon": entry([0, 1, 2], [82.0, 82.0, 83.0], dev=91.0),
+              "acl_embed": entry([0, 1, 2], [81.0, 83.0, 82.0], dev=92.0),
+              "acl_embed_encoded": entry([0], [99.0], dev=99.0)}  # one seed of three: pending, never "best"
     verdict = bench.verdict(regime, "full")
     assert verdict["best"] == "supcon"
+    assert verdict["best_on_dev"] == "acl_embed"  # what dev alone picks may differ from test's best
+    assert verdict["dev_accuracy"] == {"ce": 90.0, "supcon": 91.0, "acl_embed": 92.0}
     assert verdict["best_vs_ce"]["values"] == [2.0, 1.0, 1.0]
     assert "best_vs_supcon" not in verdict
     assert verdict["best_acl"] == "acl_embed"

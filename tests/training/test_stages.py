@@ -24,9 +24,9 @@ def tiny6_path(tmp_path_factory):
     return str(root / "st")
 
 
-def _short_recipe(tmp_path: Path, steps: int = 2, save_steps: int = 100) -> Path:
-    """The bundled multi-exit recipe with a few steps per stage."""
-    values = yaml.safe_load(RECIPE.read_text())
+def _short_recipe(tmp_path: Path, steps: int = 2, save_steps: int = 100, recipe: Path = RECIPE) -> Path:
+    """A bundled multi-exit recipe with a few steps per stage."""
+    values = yaml.safe_load(recipe.read_text())
     for stage in values["stages"]:
         stage["max_steps"] = steps
     values["save_steps"] = save_steps
@@ -165,6 +165,31 @@ def test_bundled_multi_exit_recipes_pass_every_check(tmp_path):
         stages = check_stages(recipe)
         assert [s.loss for s in stages] == ["acl", "cross_layer"]
         assert stages[1].model.endswith("stage-1/final") and stages[1].loss_options["exit_head"] == "mha"
+
+
+def test_emotion_recipe_carries_encoded_label_names_into_the_exits(tiny6_path, tmp_path, shared_data, monkeypatch):
+    """The emotion recipe's stage 1 (ACL-Embed, encoded label names) hands its head to stage 2: the
+    final model's classifier rows are the encoder's embeddings of the six names, and every exit scores."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from contrastive_bert.cli import main
+    from contrastive_bert.heads.encoded_label import EncodedLabelClassifier
+    from contrastive_bert.heads.label_embedding import find_label_head
+
+    monkeypatch.setenv("CONTRASTIVE_BERT_DATA", str(shared_data))
+    out = tmp_path / "run"
+    recipe = _short_recipe(tmp_path, recipe=RECIPE.parent / "emotion_multi_exit.yaml")
+    assert main([*_train_args(recipe, tiny6_path, out), "--max-eval-samples", "200"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["stages"][0]["recipe"]["loss_options"]["label_embedding"] == "encoded"
+    assert set(results["multi_exit"]["exit_accuracy"]) == {"2", "3", "4", "5", "6"}
+    stage1 = SentenceTransformer(str(out / "stage-1" / "final"), device="cpu", trust_remote_code=True)
+    head = find_label_head(stage1)
+    assert isinstance(head, EncodedLabelClassifier)
+    assert head.label_names == ["sadness", "joy", "love", "anger", "fear", "surprise"]
+    encoded = stage1.encode(head.label_texts, convert_to_tensor=True)
+    torch.testing.assert_close(head.weight, encoded, atol=1e-5, rtol=1e-4)
 
 
 def test_offline_data_is_an_error_before_anything_is_written(tiny6_path, tmp_path, monkeypatch):
