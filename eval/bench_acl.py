@@ -481,6 +481,9 @@ def _method_entry(seeds: list[dict], best: dict | None, dev_runs: list[dict], re
 
 
 ACL_VARIANTS = ("acl_embed", "acl_embed_encoded", "acl_embed_grad")
+PENDING_WHY = ("not reached yet in the CPU time so far (one process on 2 cores, blocks in BLOCKS order); "
+               "`python eval/bench_acl.py --data-dir ../shared/data` resumes from the run log, or the offline "
+               "GPU bundle's acl_quality block runs it")
 
 
 def paired_difference(a: dict, b: dict) -> dict | None:
@@ -509,6 +512,8 @@ def verdict(entry: dict, regime: str) -> dict:
                and not (m == "acl_embed_grad" and e.get("seeds_planned") == [0] and e.get("seeds_done") == [0])}
     pending.update({m: "not run" for m in TRAINED_METHODS if m not in entry})
     result: dict = {"methods_complete": sorted(complete), "pending": pending, "seeds": SEEDS[regime]}
+    if pending:
+        result["pending_why"] = PENDING_WHY
     if not complete:
         return result
     best = max(complete, key=lambda m: complete[m]["test"]["accuracy"]["mean"])
