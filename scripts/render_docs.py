@@ -248,13 +248,14 @@ def acl_table(results: Results, dataset: str, regime: str = "10-shot") -> str:
         agreement = run.get("agreement_with_exact") if name == "acl_embed_grad" else None
         general = run.get("general") or {}
         rows.append([ACL_LABELS.get(name, name), chosen_text, fmt((run.get("dev") or {}).get("accuracy")),
-                     fmt(test.get("accuracy"), seeds=True), fmt(mean_of(test["macro_f1"]) if "macro_f1" in test else None),
+                     fmt(test.get("accuracy"), seeds=True), fmt(test.get("macro_f1")),
+                     fmt(mean_of(run["train_seconds"]), ".0f") if run.get("train_seconds") is not None else "",
                      fmt(mean_of(general["stsb"]) if general.get("stsb") is not None else None),
                      fmt(mean_of(general["zero_shot_mean"]) if general.get("zero_shot_mean") is not None else None),
                      "" if gated is None else f"{100 * gated:.1f}%", "" if angle is None else f"{angle:.0f}°",
                      "" if agreement is None else f"{100 * agreement:.0f}%"])
     return table(["method", "chosen on dev", "dev acc.", "test acc.: mean ± std (seeds)", "test macro-F1",
-                  "STS-B after", "zero-shot mean after", "ACL-Grad gated", "mean angle", "cheap angle agrees with exact"], rows)
+                  "train s", "STS-B after", "zero-shot mean after", "ACL-Grad gated", "mean angle", "cheap angle agrees with exact"], rows)
 
 
 def table_acl_banking77(results: Results) -> str:
