@@ -575,9 +575,35 @@ def plot_angles(log: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def label_name_geometry(data_dir: str | None, device: str | None = None) -> dict:
+    """How close each data set's label names lie under the untrained model: per data set the number of
+    classes, the mean cosine between two names and the mean (and max) cosine of each name to its
+    nearest other name. Crowded names (Banking77) make crowded anchors for the encoded label head."""
+    from contrastive_bert.data import load_dataset
+    from contrastive_bert.models import load_model
+
+    model = load_model("default", device=device)
+    geometry = {}
+    for name in DATASETS:
+        try:
+            names = list(load_dataset(name, data_dir=data_dir)["train"].features["label"].names)
+        except (ValueError, FileNotFoundError) as error:  # a bundle may carry only some data sets
+            geometry[name] = {"error": str(error).splitlines()[0]}
+            continue
+        vectors = model.encode(names, convert_to_tensor=True, normalize_embeddings=True, show_progress_bar=False)
+        cosine = (vectors @ vectors.T).float()
+        off_diagonal = ~torch.eye(len(names), dtype=torch.bool, device=cosine.device)
+        nearest = cosine.masked_fill(~off_diagonal, -1.0).max(dim=1).values
+        geometry[name] = {"classes": len(names), "mean_cosine": round(float(cosine[off_diagonal].mean()), 4),
+                          "mean_nearest_cosine": round(float(nearest.mean()), 4), "max_nearest_cosine": round(float(nearest.max()), 4)}
+    return geometry
+
+
 def write_summary(log: list[dict], args) -> None:
     output = Path(args.output)
     summary, protocol = build_summary(log, args)
+    protocol["label_names"] = {"what": "cosine of the bare label names under the untrained default model (the encoded head's starting anchors)",
+                               **label_name_geometry(args.data_dir, args.device)}
     write_json(output, summary, indent=1)  # {data set: ...} at the top: the environment is in the protocol file
     write_json(output.with_name(f"{output.stem}_protocol.json"), protocol, indent=1)
     if any(r.get("exact_angles") for r in log):
