@@ -36,6 +36,7 @@ then the other configurations, then the seeds of the dev-chosen ones, SciFact be
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import tempfile
@@ -72,6 +73,7 @@ MAX_SEQ_LENGTH = 256
 MAX_POSITIVES_PER_QUERY = 4
 SETTINGS = ("scifact", "nfcorpus")
 LR = (2e-5, 5e-5)
+NOTHING_LEFT = 10  # exit status when every planned run is done (ends a --max-runs loop)
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class Method:
     rows: str = "pairs"
     batch_size: int = BATCH_SIZE
     note: str = ""
+    ablation_of: str | None = None  # this row is that method without its queue (or refresh)
 
 
 def _configs(own: dict[str, Any], extra: dict[str, Any] | None = None) -> tuple[dict[str, Any], ...]:
@@ -97,26 +100,29 @@ def _configs(own: dict[str, Any], extra: dict[str, Any] | None = None) -> tuple[
     return tuple(configs)
 
 
+REAL_QUEUE = {"queue_size": 1024}
 HARD = {"num_hard_negatives": 8, "hard_negative_share": 0.15}
+ST_RANGE = {"range_max": 100, "relative_margin": 0.05, "sampling_strategy": "top"}
+ST_DOCUMENTED = {"range_min": 10, "range_max": 50, "max_score": 0.8, "relative_margin": 0.05, "sampling_strategy": "random"}
 METHODS: dict[str, Method] = {
-    "mnrl": Method("mnrl", True, _configs({"scale": 20.0}, {"scale": 50.0}), note="MultipleNegativesRankingLoss, in-batch negatives"),
-    "mnrl_st_mined": Method("mnrl", True, _configs({"scale": 20.0}, {"scale": 50.0}), rows="st_mined",
-                            note="MNRL on sentence-transformers' mine_hard_negatives triplets (TopK-PercPos 95%, top)"),
-    "queue_corpus_mined": Method("queue_infonce", False, _configs({"temperature": 0.05}, {"temperature": 0.02}), rows="corpus_mined",
-                                 note="queue InfoNCE on our corpus-mined triplets (judged-relevant documents never negatives)"),
-    "mnrl_corpus_mined": Method("mnrl", False, _configs({"scale": 20.0}, {"scale": 50.0}), rows="corpus_mined",
+    "mnrl": Method("mnrl", True, _configs({"scale": 20.0}), ablation_of="queue_hard",
+                   note="MultipleNegativesRankingLoss, in-batch negatives"),
+    "mnrl_st_mined": Method("mnrl", True, _configs({"scale": 20.0, "miner": ST_RANGE}, {"miner": ST_DOCUMENTED}), rows="st_mined",
+                            note="MNRL on sentence-transformers' mine_hard_negatives triplets: the same candidate range as ours "
+                                 "(range_max 100, relative_margin 0.05, top); third configuration: its documented example"),
+    "mnrl_corpus_mined": Method("mnrl", False, _configs({"scale": 20.0}), rows="corpus_mined", ablation_of="queue_corpus_mined",
                                 note="ablation: MNRL on our corpus-mined triplets (the miner without the queue)"),
-    "queue_hard": Method("queue_infonce", False, _configs({"temperature": 0.05, **HARD}, {"temperature": 0.02}),
-                         note="queue InfoNCE + 8 in-training hard negatives from the queue"),
-    "gist": Method("gist", True, _configs({"temperature": 0.01}, {"temperature": 0.05}), note="GISTEmbedLoss, guide: the frozen bundled model"),
-    "queue": Method("queue_infonce", False, _configs({"temperature": 0.05}, {"temperature": 0.02}), note="queue InfoNCE, queue only (ablation)"),
-    "mnrl_hardness": Method("mnrl", True, _configs({"scale": 20.0, "hardness_mode": "in_batch_negatives", "hardness_strength": 5.0},
-                                                   {"hardness_strength": 10.0}), note="MNRL with hardness_mode (in-batch)"),
-    "cached_mnrl": Method("cached_mnrl", True, _configs({"scale": 20.0, "mini_batch_size": 32}, {"scale": 50.0}),
+    "gist": Method("gist", True, _configs({"temperature": 0.01}), note="GISTEmbedLoss, guide: the frozen bundled model"),
+    "cached_mnrl": Method("cached_mnrl", True, _configs({"scale": 20.0, "mini_batch_size": 32}),
                           batch_size=CACHED_BATCH_SIZE, note="CachedMNRL (GradCache), batch 128"),
-    "cached_queue": Method("cached_queue_infonce", False, _configs({"temperature": 0.05, "mini_batch_size": 32}, {"temperature": 0.02}),
-                           batch_size=CACHED_BATCH_SIZE, note="cached queue InfoNCE, batch 128"),
+    "queue_corpus_mined": Method("queue_infonce", False, _configs({"temperature": 0.05, **REAL_QUEUE, **HARD}, {"queue_size": 2048}),
+                                 rows="corpus_mined",
+                                 note="queue InfoNCE on our corpus-mined triplets, a real queue (1,024 past documents) with 8 hard negatives from it"),
+    "queue_hard": Method("queue_infonce", False, _configs({"temperature": 0.05, **REAL_QUEUE, **HARD}, {"queue_size": 2048}),
+                         note="queue InfoNCE on pairs: the same real queue, hard negatives mined during training, no offline mining"),
 }
+# Methods with runs in an earlier grid of this log (not planned any more; their runs are kept, never summarised)
+RETIRED = ("queue", "mnrl_hardness", "cached_queue")
 
 
 def run_key(setting: str, method: str, config: int, seed: int) -> str:
@@ -137,24 +143,26 @@ class Context:
             self.data[setting] = RetrievalData.from_splits(load_dataset(setting, data_dir=self.args.data_dir))
         return self.data[setting]
 
-    def train_rows(self, setting: str, kind: str):
-        """The training rows (the same for every seed; the trainer shuffles them by its seed)."""
-        key = (setting, kind)
+    def train_rows(self, setting: str, kind: str, miner: dict[str, Any] | None = None):
+        """The training rows (the same for every seed; the trainer shuffles them by its seed) and
+        the seconds it took to make them (mining included; 0 when cached in this process)."""
+        key = (setting, kind, json.dumps(miner or {}, sort_keys=True))
         if key not in self.rows:
+            start = time.perf_counter()
             data = self.retrieval(setting)
             if kind == "pairs":
                 rows = retrieval_pairs(data, "train", MAX_POSITIVES_PER_QUERY)
             elif kind == "st_mined":
-                rows = _st_mined(data, self.args.device)
+                rows = _st_mined(data, self.args.device, miner or {})
             elif kind == "corpus_mined":
                 from contrastive_bert.corpus_mining import mine_corpus_negatives
 
-                miner = _base_model(self.args.device)
-                rows = mine_corpus_negatives(miner, data, "train", num_negatives=1, range_max=100, perc_pos=0.95,
+                model = _base_model(self.args.device)
+                rows = mine_corpus_negatives(model, data, "train", num_negatives=1, range_max=100, perc_pos=0.95,
                                              sampling="top", max_positives_per_query=MAX_POSITIVES_PER_QUERY, batch_size=64)
             else:
                 raise ValueError(f"rows: unknown training rows {kind!r}")
-            self.rows[key] = rows
+            self.rows[key] = (rows, time.perf_counter() - start)
         return self.rows[key]
 
 
@@ -166,17 +174,24 @@ def _base_model(device: str):
     return model
 
 
-def _st_mined(data: RetrievalData, device: str):
-    """sentence-transformers' miner at its documented recommendation (NV-Retriever's TopK-PercPos
-    95%: relative_margin 0.05, top sampling), one negative per pair, over the whole corpus."""
+def _st_mined(data: RetrievalData, device: str, miner: dict[str, Any]):
+    """sentence-transformers' ``mine_hard_negatives`` with ``miner``'s settings (candidate range,
+    margins, sampling), one negative per pair, over the whole corpus."""
     from sentence_transformers.util import mine_hard_negatives
 
     from contrastive_bert.mining import faiss_available
 
     pairs = retrieval_pairs(data, "train", MAX_POSITIVES_PER_QUERY)
     return mine_hard_negatives(pairs, _base_model(device), anchor_column_name="anchor", positive_column_name="positive",
-                               corpus=list(data.corpus.values()), relative_margin=0.05, num_negatives=1, sampling_strategy="top",
-                               batch_size=64, use_faiss=faiss_available(), output_format="triplet", verbose=False)
+                               corpus=list(data.corpus.values()), num_negatives=1, batch_size=64, use_faiss=faiss_available(),
+                               output_format="triplet", verbose=False, **miner)
+
+
+def _peak_rss_mb() -> float:
+    """The process's peak resident memory so far, in MiB (Linux reports KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def score(model, setting: str, ctx: Context) -> dict[str, Any]:
@@ -198,7 +213,8 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     method = METHODS[name]
     config = dict(method.configs[config_index])
     learning_rate = config.pop("learning_rate")
-    rows = ctx.train_rows(setting, method.rows)
+    miner = config.pop("miner", None)
+    rows, rows_seconds = ctx.train_rows(setting, method.rows, miner)
     torch.manual_seed(seed)
     model = _base_model(args.device)
     recipe = TrainingRecipe(
@@ -213,6 +229,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     with tempfile.TemporaryDirectory() as output_dir:
         trainer = fit(model, rows, loss, recipe, output_dir, batch_sampler=entry.batch_sampler)
     seconds = time.perf_counter() - start
+    peak_mb = _peak_rss_mb()
     if trainer.state.global_step == 0:
         raise RuntimeError(f"{setting}/{name}: no training step was taken (batch size {method.batch_size}, {len(rows)} rows)")
     losses = [item["loss"] for item in trainer.state.log_history if "loss" in item]
@@ -220,7 +237,8 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
         raise RuntimeError(f"{setting}/{name}: non-finite training loss")
     return {
         "setting": setting, "method": name, "config": config_index, "seed": seed, "learning_rate": learning_rate,
-        "options": config, "steps": trainer.state.global_step, "train_rows": len(rows), "train_seconds": seconds,
+        "options": config, "miner": miner, "steps": trainer.state.global_step, "train_rows": len(rows), "train_seconds": seconds,
+        "rows_seconds": rows_seconds, "peak_rss_mb": peak_mb,
         "last_loss": losses[-1] if losses else None, "dry_run": bool(args.dry_run), **score(model, setting, ctx),
     }
 
@@ -238,6 +256,19 @@ def _mean_std_of(records: list[dict], *path: str) -> dict:
             value = value[part]
         values.append(value)
     return mean_std(values)
+
+
+class _InMemoryLog:
+    """The ``get``/``done`` part of :class:`RunLog` over records already read."""
+
+    def __init__(self, records: list[dict]) -> None:
+        self._by_key = {r["key"]: r for r in records}
+
+    def get(self, key: str) -> dict | None:
+        return self._by_key.get(key)
+
+    def done(self, key: str) -> bool:
+        return key in self._by_key
 
 
 def summarize(records: list[dict], seeds: list[int]) -> dict:
@@ -268,15 +299,22 @@ def summarize(records: list[dict], seeds: list[int]) -> dict:
                 "steps": finished[0]["steps"], "epochs": EPOCHS, "batch_size": method.batch_size,
                 "train_rows": finished[0]["train_rows"],
                 "train_seconds": _mean_std_of(finished, "train_seconds"),
+                # mining (or pair building) before training, and the process's peak memory: runs logged
+                # before these were recorded have None
+                "rows_seconds": _mean_std_of(finished, "rows_seconds") if all("rows_seconds" in r for r in finished) else None,
+                "peak_rss_mb": _mean_std_of(finished, "peak_rss_mb") if all("peak_rss_mb" in r for r in finished) else None,
                 "stsb": _mean_std_of(finished, "general", "stsb"),
                 "zero_shot": {s: _mean_std_of(finished, "general", "zero_shot", s) for s in ("banking77", "emotion", "sst2")},
                 "zero_shot_mean": _mean_std_of(finished, "general", "zero_shot_mean"),
             }
-        planned = {name: len(m.configs) + len(seeds) - 1 for name, m in METHODS.items()}
+        log = _InMemoryLog(mine)
+        decisive = decisive_methods(setting, list(METHODS), seeds[0], log)
+        planned = {name: len(m.configs) + (len(seeds) - 1 if name in decisive else 0) for name, m in METHODS.items()}
         done = {name: sum(1 for r in mine if r["method"] == name) for name in METHODS}
         out[setting] = {
             "untrained": {"dev": untrained["dev"], "test": untrained["test"], **untrained["general"]},
             "methods": methods,
+            "decisive": decisive,
             "missing_runs": {name: planned[name] - done[name] for name in METHODS if done[name] < planned[name]},
         }
     return out
@@ -309,20 +347,45 @@ def plot(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def _dev_choice(setting: str, name: str, seed: int, records: RunLog) -> tuple[int, float] | None:
+    """``(config, dev nDCG@10)`` of the method's dev-chosen configuration once all its
+    configurations ran at the tuning seed, else None."""
+    tuning = {c: records.get(run_key(setting, name, c, seed)) for c in range(len(METHODS[name].configs))}
+    if any(record is None for record in tuning.values()):
+        return None
+    chosen = max(tuning, key=lambda c: tuning[c]["dev"]["ndcg_at_10"])
+    return chosen, tuning[chosen]["dev"]["ndcg_at_10"]
+
+
+def decisive_methods(setting: str, methods: list[str], seed: int, records: RunLog) -> list[str]:
+    """The rows that get more seeds, chosen on dev once every method's configurations ran: the
+    best sentence-transformers method, the best of ours, and that one's ablation (``ablation_of``)."""
+    choices = {name: _dev_choice(setting, name, seed, records) for name in methods}
+    if not methods or any(choice is None for choice in choices.values()):
+        return []
+    picked = []
+    for baseline in (True, False):
+        group = [name for name in methods if METHODS[name].baseline == baseline]
+        if group:
+            picked.append(max(group, key=lambda name: choices[name][1]))
+    ours = picked[-1] if picked and not METHODS[picked[-1]].baseline else None
+    ablation = next((name for name, m in METHODS.items() if ours and m.ablation_of == ours), None)
+    if ablation in methods and ablation not in picked:
+        picked.append(ablation)
+    return picked
+
+
 def plan(settings: list[str], methods: list[str], seeds: list[int], records: RunLog) -> list[tuple[str, str, int, int]]:
     """Runs in the order that answers the most first: per setting, every method's first
     configuration at the tuning seed, then the other configurations, then the other seeds of the
-    configuration chosen on dev so far (re-planned after each run)."""
+    dev-chosen configuration of the decisive methods (:func:`decisive_methods`; re-planned after each run)."""
     order = []
     for setting in settings:
-        for config in range(3):
+        for config in range(max(len(METHODS[m].configs) for m in methods)):
             order += [(setting, m, config, seeds[0]) for m in methods if config < len(METHODS[m].configs)]
-        for m in methods:
-            tuning = {c: records.get(run_key(setting, m, c, seeds[0])) for c in range(len(METHODS[m].configs))}
-            finished = {c: r for c, r in tuning.items() if r is not None}
-            if len(finished) == len(METHODS[m].configs):
-                chosen = max(finished, key=lambda c: finished[c]["dev"]["ndcg_at_10"])
-                order += [(setting, m, chosen, s) for s in seeds[1:]]
+        for m in decisive_methods(setting, methods, seeds[0], records):
+            chosen = _dev_choice(setting, m, seeds[0], records)[0]
+            order += [(setting, m, chosen, s) for s in seeds[1:]]
     return [run for run in order if not records.done(run_key(*run))]
 
 
@@ -330,7 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser, output=RESULTS / "retrieval_quality.json", run_log=RESULTS / "retrieval_quality_runs.jsonl",
                          seeds=[0, 1, 2], methods=list(METHODS))
-    parser.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated settings (default: {','.join(SETTINGS)})")
+    parser.add_argument("--max-runs", type=int, default=None,
+                        help="stop after this many trained runs (a shell loop of --max-runs 1 picks up code changes between runs)")
+    parser.add_argument("--settings", default="scifact", help=f"comma-separated settings among {', '.join(SETTINGS)} (default: scifact)")
     args = parser.parse_args(argv)
     budget = setup_from_args(args)
     settings = [s for s in args.settings.split(",") if s]
@@ -347,7 +412,9 @@ def main(argv: list[str] | None = None) -> int:
                                             "max_seq_length": MAX_SEQ_LENGTH, "max_positives_per_query": MAX_POSITIVES_PER_QUERY,
                                             "learning_rates": list(LR), "seeds": args.seeds,
                                             "dev": "scifact: 10% of the train queries (the package's dev-split rule); nfcorpus: its dev split",
-                                            "tuning": "at most 3 configurations per method on dev at the first seed; then the other seeds of the chosen one"},
+                                            "tuning": "learning rates 2e-5 and 5e-5 (plus one setting of its own for the miner and queue rows) on dev at the first "
+                                                      "seed; then the other seeds of the dev choice for the decisive rows: the best "
+                                                      "sentence-transformers method, the best of ours, and its ablation"},
                                "methods_planned": {n: {"loss": m.loss, "rows": m.rows, "baseline": m.baseline, "note": m.note,
                                                        "configs": list(m.configs)} for n, m in METHODS.items()},
                                **summary}, device=args.device)
@@ -363,9 +430,14 @@ def main(argv: list[str] | None = None) -> int:
             with budget.timed("untrained"):
                 log.append(key, _untrained(setting, ctx))
             write_summary()
+    runs = 0
     while True:
         todo = plan(settings, methods, args.seeds, log)
         if not todo:
+            logger.info("every planned run is in the log")
+            write_summary()
+            return NOTHING_LEFT
+        if args.max_runs is not None and runs >= args.max_runs:
             break
         setting, name, config, seed = todo[0]
         if not budget.allows(name):
@@ -377,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         log.append(run_key(setting, name, config, seed), record)
         logger.info("%s: dev nDCG@10 %.2f, test %.2f (%.0f s)", run_key(setting, name, config, seed),
                     record["dev"]["ndcg_at_10"], record["test"]["ndcg_at_10"], record["train_seconds"])
+        runs += 1
         write_summary()
     write_summary()
     return 0
