@@ -63,6 +63,7 @@ from contrastive_bert.evaluation.beir_evaluation import evaluate_retrieval_split
 from contrastive_bert.inference.general_ability import general_ability
 from contrastive_bert.models import load_model
 from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
+from contrastive_bert.training.queue_probe import QueueNegativeProbe, text_ids
 
 logger = logging.getLogger("bench_retrieval")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -112,17 +113,15 @@ METHODS: dict[str, Method] = {
                                  "(range_max 100, relative_margin 0.05, top); third configuration: its documented example"),
     "mnrl_corpus_mined": Method("mnrl", False, _configs({"scale": 20.0}), rows="corpus_mined", ablation_of="queue_corpus_mined",
                                 note="ablation: MNRL on our corpus-mined triplets (the miner without the queue)"),
-    "gist": Method("gist", True, _configs({"temperature": 0.01}), note="GISTEmbedLoss, guide: the frozen bundled model"),
-    "cached_mnrl": Method("cached_mnrl", True, _configs({"scale": 20.0, "mini_batch_size": 32}),
-                          batch_size=CACHED_BATCH_SIZE, note="CachedMNRL (GradCache), batch 128"),
     "queue_corpus_mined": Method("queue_infonce", False, _configs({"temperature": 0.05, **REAL_QUEUE, **HARD}, {"queue_size": 2048}),
                                  rows="corpus_mined",
                                  note="queue InfoNCE on our corpus-mined triplets, a real queue (1,024 past documents) with 8 hard negatives from it"),
     "queue_hard": Method("queue_infonce", False, _configs({"temperature": 0.05, **REAL_QUEUE, **HARD}, {"queue_size": 2048}),
                          note="queue InfoNCE on pairs: the same real queue, hard negatives mined during training, no offline mining"),
+    "gist": Method("gist", True, _configs({"temperature": 0.01}), note="GISTEmbedLoss, guide: the frozen bundled model"),
+    "cached_mnrl": Method("cached_mnrl", True, _configs({"scale": 20.0, "mini_batch_size": 32}),
+                          batch_size=CACHED_BATCH_SIZE, note="CachedMNRL (GradCache), batch 128"),
 }
-# Methods with runs in an earlier grid of this log (not planned any more; their runs are kept, never summarised)
-RETIRED = ("queue", "mnrl_hardness", "cached_queue")
 
 
 def run_key(setting: str, method: str, config: int, seed: int) -> str:
@@ -187,6 +186,20 @@ def _st_mined(data: RetrievalData, device: str, miner: dict[str, Any]):
                                output_format="triplet", verbose=False, **miner)
 
 
+def relevance_by_text_id(model, data: RetrievalData) -> dict[int, set[int]]:
+    """Query text id -> text ids of the documents judged relevant to it in any split, as the queue
+    losses id their rows: what lets the probe count the queue's false negatives."""
+    judged = [(q, d) for split in data.qrels.values() for q, docs in split.items() for d, grade in docs.items() if grade > 0]
+    queries = sorted({q for q, _ in judged})
+    documents = sorted({d for _, d in judged})
+    query_ids = dict(zip(queries, text_ids(model, [data.queries[q] for q in queries]).tolist()))
+    document_ids = dict(zip(documents, text_ids(model, [data.corpus[d] for d in documents]).tolist()))
+    relevant: dict[int, set[int]] = {}
+    for q, d in judged:
+        relevant.setdefault(query_ids[q], set()).add(document_ids[d])
+    return relevant
+
+
 def _peak_rss_mb() -> float:
     """The process's peak resident memory so far, in MiB (Linux reports KiB)."""
     import resource
@@ -225,10 +238,13 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     )
     entry = get_loss_entry(method.loss)
     loss = entry.build(model, rows, recipe)
+    probe = QueueNegativeProbe(loss, relevance_by_text_id(model, ctx.retrieval(setting))) if hasattr(loss, "miner") else None
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as output_dir:
         trainer = fit(model, rows, loss, recipe, output_dir, batch_sampler=entry.batch_sampler)
     seconds = time.perf_counter() - start
+    if probe is not None:
+        probe.close()
     peak_mb = _peak_rss_mb()
     if trainer.state.global_step == 0:
         raise RuntimeError(f"{setting}/{name}: no training step was taken (batch size {method.batch_size}, {len(rows)} rows)")
@@ -239,6 +255,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
         "setting": setting, "method": name, "config": config_index, "seed": seed, "learning_rate": learning_rate,
         "options": config, "miner": miner, "steps": trainer.state.global_step, "train_rows": len(rows), "train_seconds": seconds,
         "rows_seconds": rows_seconds, "peak_rss_mb": peak_mb,
+        "queue_probe": None if probe is None else probe.summary(),
         "last_loss": losses[-1] if losses else None, "dry_run": bool(args.dry_run), **score(model, setting, ctx),
     }
 
