@@ -63,6 +63,7 @@ from contrastive_bert.evaluation.beir_evaluation import evaluate_retrieval_split
 from contrastive_bert.inference.general_ability import general_ability
 from contrastive_bert.models import load_model
 from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
+from contrastive_bert.training.corpus_refresh import CorpusNegativeRefresh
 from contrastive_bert.training.queue_probe import QueueNegativeProbe, text_ids
 
 logger = logging.getLogger("bench_retrieval")
@@ -90,7 +91,8 @@ class Method:
     rows: str = "pairs"
     batch_size: int = BATCH_SIZE
     note: str = ""
-    ablation_of: str | None = None  # this row is that method without its queue (or refresh)
+    refresh: bool = False  # re-mine the corpus negatives with the model being trained each epoch (ANCE)
+    ablations: tuple[str, ...] = ()  # the methods that are this one without its queue (or refresh)
 
 
 def _configs(own: dict[str, Any], extra: dict[str, Any] | None = None) -> tuple[dict[str, Any], ...]:
@@ -103,21 +105,29 @@ def _configs(own: dict[str, Any], extra: dict[str, Any] | None = None) -> tuple[
 
 REAL_QUEUE = {"queue_size": 1024}
 HARD = {"num_hard_negatives": 8, "hard_negative_share": 0.15}
+CORPUS_MINER = {"range_max": 100, "perc_pos": 0.95, "sampling": "top", "max_positives_per_query": MAX_POSITIVES_PER_QUERY,
+                "batch_size": 64}
 ST_RANGE = {"range_max": 100, "relative_margin": 0.05, "sampling_strategy": "top"}
 ST_DOCUMENTED = {"range_min": 10, "range_max": 50, "max_score": 0.8, "relative_margin": 0.05, "sampling_strategy": "random"}
 METHODS: dict[str, Method] = {
-    "mnrl": Method("mnrl", True, _configs({"scale": 20.0}), ablation_of="queue_hard",
+    "mnrl": Method("mnrl", True, _configs({"scale": 20.0}),
                    note="MultipleNegativesRankingLoss, in-batch negatives"),
     "mnrl_st_mined": Method("mnrl", True, _configs({"scale": 20.0, "miner": ST_RANGE}, {"miner": ST_DOCUMENTED}), rows="st_mined",
                             note="MNRL on sentence-transformers' mine_hard_negatives triplets: the same candidate range as ours "
                                  "(range_max 100, relative_margin 0.05, top); third configuration: its documented example"),
-    "mnrl_corpus_mined": Method("mnrl", False, _configs({"scale": 20.0}), rows="corpus_mined", ablation_of="queue_corpus_mined",
+    "mnrl_corpus_mined": Method("mnrl", False, _configs({"scale": 20.0}), rows="corpus_mined",
                                 note="ablation: MNRL on our corpus-mined triplets (the miner without the queue)"),
     "queue_corpus_mined": Method("queue_infonce", False, _configs({"temperature": 0.05, **REAL_QUEUE, **HARD}, {"queue_size": 2048}),
-                                 rows="corpus_mined",
+                                 rows="corpus_mined", ablations=("mnrl_corpus_mined",),
                                  note="queue InfoNCE on our corpus-mined triplets, a real queue (1,024 past documents) with 8 hard negatives from it"),
     "queue_hard": Method("queue_infonce", False, _configs({"temperature": 0.05, **REAL_QUEUE, **HARD}, {"queue_size": 2048}),
+                         ablations=("mnrl",),
                          note="queue InfoNCE on pairs: the same real queue, hard negatives mined during training, no offline mining"),
+    "mnrl_ance": Method("mnrl", False, _configs({"scale": 20.0}), rows="corpus_mined", refresh=True, ablations=("mnrl_corpus_mined",),
+                        note="MNRL on corpus-mined triplets whose negatives the model being trained re-mines before each epoch (ANCE)"),
+    "queue_ance": Method("queue_infonce", False, _configs({"temperature": 0.05, **REAL_QUEUE, **HARD}), rows="corpus_mined", refresh=True,
+                         ablations=("mnrl_ance", "queue_corpus_mined"),
+                         note="the refreshed corpus negatives (ANCE) and the real queue with its hard negatives"),
     "gist": Method("gist", True, _configs({"temperature": 0.01}), note="GISTEmbedLoss, guide: the frozen bundled model"),
     "cached_mnrl": Method("cached_mnrl", True, _configs({"scale": 20.0, "mini_batch_size": 32}),
                           batch_size=CACHED_BATCH_SIZE, note="CachedMNRL (GradCache), batch 128"),
@@ -157,8 +167,7 @@ class Context:
                 from contrastive_bert.corpus_mining import mine_corpus_negatives
 
                 model = _base_model(self.args.device)
-                rows = mine_corpus_negatives(model, data, "train", num_negatives=1, range_max=100, perc_pos=0.95,
-                                             sampling="top", max_positives_per_query=MAX_POSITIVES_PER_QUERY, batch_size=64)
+                rows = mine_corpus_negatives(model, data, "train", num_negatives=1, **CORPUS_MINER)
             else:
                 raise ValueError(f"rows: unknown training rows {kind!r}")
             self.rows[key] = (rows, time.perf_counter() - start)
@@ -239,9 +248,14 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     entry = get_loss_entry(method.loss)
     loss = entry.build(model, rows, recipe)
     probe = QueueNegativeProbe(loss, relevance_by_text_id(model, ctx.retrieval(setting))) if hasattr(loss, "miner") else None
+    refresh = None
+    if method.refresh:  # the same mining rule as the rows' first mining, with the model being trained
+        refresh = CorpusNegativeRefresh(model, ctx.retrieval(setting), rows, **CORPUS_MINER)
+        rows = refresh.rows
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as output_dir:
-        trainer = fit(model, rows, loss, recipe, output_dir, batch_sampler=entry.batch_sampler)
+        trainer = fit(model, rows, loss, recipe, output_dir, batch_sampler=entry.batch_sampler,
+                      callbacks=None if refresh is None else [refresh])
     seconds = time.perf_counter() - start
     if probe is not None:
         probe.close()
@@ -256,6 +270,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
         "options": config, "miner": miner, "steps": trainer.state.global_step, "train_rows": len(rows), "train_seconds": seconds,
         "rows_seconds": rows_seconds, "peak_rss_mb": peak_mb,
         "queue_probe": None if probe is None else probe.summary(),
+        "refreshes": None if refresh is None else refresh.history,
         "last_loss": losses[-1] if losses else None, "dry_run": bool(args.dry_run), **score(model, setting, ctx),
     }
 
@@ -376,7 +391,7 @@ def _dev_choice(setting: str, name: str, seed: int, records: RunLog) -> tuple[in
 
 def decisive_methods(setting: str, methods: list[str], seed: int, records: RunLog) -> list[str]:
     """The rows that get more seeds, chosen on dev once every method's configurations ran: the
-    best sentence-transformers method, the best of ours, and that one's ablation (``ablation_of``)."""
+    best sentence-transformers method, the best of ours, and that one's ablations (``Method.ablations``)."""
     choices = {name: _dev_choice(setting, name, seed, records) for name in methods}
     if not methods or any(choice is None for choice in choices.values()):
         return []
@@ -386,9 +401,9 @@ def decisive_methods(setting: str, methods: list[str], seed: int, records: RunLo
         if group:
             picked.append(max(group, key=lambda name: choices[name][1]))
     ours = picked[-1] if picked and not METHODS[picked[-1]].baseline else None
-    ablation = next((name for name, m in METHODS.items() if ours and m.ablation_of == ours), None)
-    if ablation in methods and ablation not in picked:
-        picked.append(ablation)
+    for ablation in METHODS[ours].ablations if ours else ():
+        if ablation in methods and ablation not in picked:
+            picked.append(ablation)
     return picked
 
 
