@@ -3,10 +3,9 @@
 * :func:`search_topk`: the k most similar keys per query by inner product, through FAISS (exact
   ``IndexFlatIP`` by default, ``ivf`` or ``hnsw`` for large queues, the GPU index when faiss-gpu and
   CUDA are present, capped at FAISS-GPU's 2048 neighbours) or a torch ``matmul`` + ``topk`` fallback.
+* :class:`ScoreMargins`: the score filters relative to the anchor's positive, checked once when made.
 * :func:`false_negative_mask`: which candidates may serve as negatives for each anchor: not the
-  anchor's or positive's own text/id, not scoring above ``positive_score - absolute_margin`` or
-  ``positive_score - |positive_score| * relative_margin`` (as ``sentence_transformers.util.mine_hard_negatives``),
-  not above ``max_score`` or ``perc_pos * positive_score`` (NV-Retriever's TopK-PercPos), and
+  anchor's or positive's own text/id, not too close to the positive (:class:`ScoreMargins`), and
   optionally not sharing the anchor's label.
 * :class:`HardnessSchedule`: curriculum from easy to hard, as a rank offset into the filtered list.
 * :func:`mine_hard_negatives`: the three combined, returning ``(batch, k)`` queue indices.
@@ -30,6 +29,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "FAISS_GPU_MAX_K",
     "HardnessSchedule",
+    "ScoreMargins",
     "faiss_available",
     "faiss_gpu_available",
     "false_negative_mask",
@@ -147,6 +147,50 @@ def search_topk(
     return scores_t, indices_t
 
 
+@dataclass(frozen=True)
+class ScoreMargins:
+    """Score filters relative to the anchor-positive score ``p``; each value checked on creation
+    (``ValueError`` naming it), so the filters applied every step never check again.
+
+    A candidate scoring ``s`` is dropped when ``s > p - absolute_margin``,
+    ``s > p - |p| * relative_margin`` (both as ``sentence_transformers.util.mine_hard_negatives``),
+    ``s > max_score`` or ``s > perc_pos * p`` (NV-Retriever's TopK-PercPos; for ``p > 0`` the same
+    as ``relative_margin = 1 - perc_pos``). None turns a filter off.
+    """
+
+    absolute_margin: float | None = None
+    relative_margin: float | None = None
+    max_score: float | None = None
+    perc_pos: float | None = None
+
+    def __post_init__(self) -> None:
+        for name, expected, valid in (
+            ("absolute_margin", "a finite number", lambda v: True),
+            ("relative_margin", "a number in [0, 1]", lambda v: 0 <= v <= 1),
+            ("max_score", "a finite number", lambda v: True),
+            ("perc_pos", "a number in (0, 1]", lambda v: 0 < v <= 1),
+        ):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not valid(value):
+                raise ValueError(f"{name}: expected {expected} or null, got {value!r}")
+
+    def keep(self, scores: Tensor, positive_scores: Tensor) -> Tensor:
+        """``(b, n)`` True where a candidate passes every filter; scores ``(b, n)``, positive_scores ``(b,)``."""
+        positive = positive_scores.detach().unsqueeze(1).to(scores.dtype)
+        keep = torch.ones_like(scores, dtype=torch.bool)
+        if self.absolute_margin is not None:
+            keep &= scores <= positive - self.absolute_margin
+        if self.relative_margin is not None:
+            keep &= scores <= positive - positive.abs() * self.relative_margin
+        if self.max_score is not None:
+            keep &= scores <= self.max_score
+        if self.perc_pos is not None:
+            keep &= scores <= positive * self.perc_pos
+        return keep
+
+
 def false_negative_mask(
     scores: Tensor,
     positive_scores: Tensor,
@@ -155,42 +199,24 @@ def false_negative_mask(
     positive_ids: Tensor | None = None,
     candidate_labels: Tensor | None = None,
     anchor_labels: Tensor | None = None,
-    absolute_margin: float | None = None,
-    relative_margin: float | None = None,
-    max_score: float | None = None,
-    perc_pos: float | None = None,
+    margins: ScoreMargins | None = None,
 ) -> Tensor:
     """Which candidates may be used as negatives (``True`` = keep).
 
     scores: ``(batch, n)`` anchor-candidate similarities; positive_scores: ``(batch,)``.
     candidate_ids / candidate_labels: ``(n,)``, or ``(batch, n)`` when each anchor has its own
     candidates (e.g. after a top-k search); anchor_ids, positive_ids, anchor_labels: ``(batch,)``.
-    Unknown ids/labels (``NO_ID``/``NO_LABEL``) never match. A candidate is dropped when it shares
-    the anchor's or positive's id, shares the anchor's label, or when
-    ``score > positive_score - absolute_margin``, ``score > positive_score - |positive_score| * relative_margin``,
-    ``score > max_score`` or ``score > perc_pos * positive_score`` (each check only when its argument
-    is not None; for a positive ``positive_score`` the last equals ``relative_margin = 1 - perc_pos``).
+    Unknown ids/labels (``NO_ID``/``NO_LABEL``) never match. A candidate is dropped when its score
+    is not finite, it shares the anchor's or positive's id, shares the anchor's label, or fails
+    ``margins`` (None: no score filter).
     """
     if scores.ndim != 2 or positive_scores.shape != scores.shape[:1]:
         raise ValueError(
             f"scores/positive_scores: expected (batch, n) and (batch,), got {tuple(scores.shape)} and {tuple(positive_scores.shape)}"
         )
-    if absolute_margin is not None and not math.isfinite(absolute_margin):
-        raise ValueError(f"absolute_margin: expected a finite float, got {absolute_margin!r}")
-    if relative_margin is not None and not (0.0 <= relative_margin <= 1.0):
-        raise ValueError(f"relative_margin: expected a float in [0, 1], got {relative_margin!r}")
-    if perc_pos is not None and not (0.0 < perc_pos <= 1.0):
-        raise ValueError(f"perc_pos: expected a float in (0, 1], got {perc_pos!r}")
     keep = torch.isfinite(scores)
-    positive_scores = positive_scores.detach().unsqueeze(1).to(scores.dtype)
-    if absolute_margin is not None:
-        keep &= scores <= positive_scores - absolute_margin
-    if relative_margin is not None:
-        keep &= scores <= positive_scores - positive_scores.abs() * relative_margin
-    if max_score is not None:
-        keep &= scores <= max_score
-    if perc_pos is not None:
-        keep &= scores <= positive_scores * perc_pos
+    if margins is not None:
+        keep &= margins.keep(scores, positive_scores)
 
     def _expand(values: Tensor) -> Tensor:
         return values.unsqueeze(0) if values.ndim == 1 else values
@@ -273,10 +299,7 @@ def mine_hard_negatives(
     positive_ids: Tensor | None = None,
     key_labels: Tensor | None = None,
     anchor_labels: Tensor | None = None,
-    absolute_margin: float | None = None,
-    relative_margin: float | None = None,
-    max_score: float | None = None,
-    perc_pos: float | None = None,
+    margins: ScoreMargins | None = None,
     offset: int = 0,
     scores: Tensor | None = None,
     backend: Backend = "torch",
@@ -286,7 +309,8 @@ def mine_hard_negatives(
     """Indices of up to ``k`` hard negatives per anchor among ``keys``, after false-negative filtering.
 
     anchors: ``(batch, dim)`` normalised; positive_scores: ``(batch,)``; keys: ``(n, dim)`` normalised.
-    ``scores`` ``(batch, n)``: precomputed anchor-key similarities (then no search is run). The
+    ``margins``: the score filters (:class:`ScoreMargins`, checked when made). ``scores``
+    ``(batch, n)``: precomputed anchor-key similarities (then no search is run). The
     hardest ``offset`` surviving candidates are skipped (curriculum). Returns ``(batch, k)`` int64
     key indices, ``-1`` where fewer than ``offset + k`` candidates survive (documented clamping:
     ``k`` larger than the filled queue yields padding, never an error).
@@ -300,45 +324,31 @@ def mine_hard_negatives(
     if k == 0 or n == 0:
         return torch.full((batch, k), -1, dtype=torch.int64, device=device)
     need = offset + k
-    filters = dict(
-        absolute_margin=absolute_margin,
-        relative_margin=relative_margin,
-        max_score=max_score,
-        perc_pos=perc_pos,
-    )
     if scores is not None or (backend == "torch" and index_type == "flat"):
         # Exact path: mask the full score matrix, then one topk.
         full = scores.detach() if scores is not None else anchors.detach() @ keys.detach().T.to(anchors.dtype)
         keep = false_negative_mask(
-            full, positive_scores, key_ids, anchor_ids, positive_ids, key_labels, anchor_labels, **filters
+            full, positive_scores, key_ids, anchor_ids, positive_ids, key_labels, anchor_labels, margins
         )
         return select_top_ranked(full, keep, k, offset)
-    else:
-        # Search path: retrieve a pool, filter it, widen the pool while too few candidates survive.
-        pool = min(n, max(2 * need, need + 16))
-        while True:
-            cand_scores, cand_idx = search_topk(anchors, keys, pool, backend, index_type, use_gpu)
-            safe_idx = cand_idx.clamp(min=0)
-            keep = false_negative_mask(
-                cand_scores,
-                positive_scores,
-                None if key_ids is None else key_ids.to(device)[safe_idx],
-                anchor_ids,
-                positive_ids,
-                None if key_labels is None else key_labels.to(device)[safe_idx],
-                anchor_labels,
-                **filters,
-            ) & (cand_idx >= 0)
-            if bool((keep.sum(dim=1) >= need).all()) or pool >= n:
-                break
-            pool = min(n, pool * 4)
-        # Stable order of the kept candidates by score: rank kept entries first.
-        ranked = torch.where(keep, cand_scores, torch.full_like(cand_scores, -math.inf))
-        top_scores, pos = torch.topk(ranked, min(need, ranked.shape[1]), dim=1)
-        top_idx = torch.gather(cand_idx, 1, pos)
-        top_idx = torch.where(torch.isfinite(top_scores), top_idx, torch.full_like(top_idx, -1))
-    selected = top_idx[:, offset:need]
-    if selected.shape[1] < k:
-        pad = torch.full((batch, k - selected.shape[1]), -1, dtype=torch.int64, device=device)
-        selected = torch.cat([selected, pad], dim=1)
-    return selected
+    # Search path: retrieve a pool, filter it, widen the pool while too few candidates survive.
+    pool = min(n, max(2 * need, need + 16))
+    while True:
+        cand_scores, cand_idx = search_topk(anchors, keys, pool, backend, index_type, use_gpu)
+        safe_idx = cand_idx.clamp(min=0)
+        keep = false_negative_mask(
+            cand_scores,
+            positive_scores,
+            None if key_ids is None else key_ids.to(device)[safe_idx],
+            anchor_ids,
+            positive_ids,
+            None if key_labels is None else key_labels.to(device)[safe_idx],
+            anchor_labels,
+            margins,
+        ) & (cand_idx >= 0)
+        if bool((keep.sum(dim=1) >= need).all()) or pool >= n:
+            break
+        pool = min(n, pool * 4)
+    # the kept candidates ranked [offset, offset + k), as positions in the pool, then as key indices
+    ranked = select_top_ranked(cand_scores, keep, k, offset)
+    return torch.where(ranked >= 0, cand_idx.gather(1, ranked.clamp(min=0)), ranked)

@@ -1,7 +1,7 @@
 """Which queue rows may not be an anchor's negative: the false-negative filters of the queue losses.
 
 Scores relative to the anchor-positive score (``absolute_margin``, ``relative_margin``,
-``max_score``, ``perc_pos``: :func:`contrastive_bert.mining.false_negative_mask`), and rows of the
+``max_score``, ``perc_pos``: :class:`contrastive_bert.mining.ScoreMargins`), and rows of the
 anchor's group: its integer label (``filter_same_label``) or, without labels, its anchor text
 (``filter_same_anchor``). The guide model's veto is :mod:`contrastive_bert.losses.guide_filter`.
 """
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from contrastive_bert.losses.option_checks import check_flags, check_number
+from contrastive_bert.losses.option_checks import check_flags
+from contrastive_bert.mining import ScoreMargins
 from contrastive_bert.queue import NO_ID
 
 __all__ = ["FalseNegativeFilters"]
@@ -35,6 +36,10 @@ class FalseNegativeFilters:
             the same anchor text (a query with several correct answers).
         filter_queue_negatives: apply the filters to the plain queue negatives too, not only to
             the mined hard negatives.
+
+    Attributes:
+        margins: the four score filters as one :class:`~contrastive_bert.mining.ScoreMargins`, made
+            (and so checked) once, on creation; the miner applies it every step.
     """
 
     absolute_margin: float | None = None
@@ -46,18 +51,12 @@ class FalseNegativeFilters:
     filter_queue_negatives: bool = True
 
     def __post_init__(self) -> None:
-        options = vars(self)
-        check_number(options, "relative_margin", "a number in [0, 1]", lambda v: 0 <= v <= 1, allow_none=True)
-        check_number(options, "perc_pos", "a number in (0, 1]", lambda v: 0 < v <= 1, allow_none=True)
-        for name in ("absolute_margin", "max_score"):
-            check_number(options, name, "a finite number", allow_none=True)
-        check_flags(options, ("filter_same_label", "filter_same_anchor", "filter_queue_negatives"))
-
-    @property
-    def margins(self) -> dict[str, float | None]:
-        """The score filters as keyword arguments of :func:`contrastive_bert.mining.false_negative_mask`."""
-        return {"absolute_margin": self.absolute_margin, "relative_margin": self.relative_margin,
-                "max_score": self.max_score, "perc_pos": self.perc_pos}
+        try:
+            margins = ScoreMargins(self.absolute_margin, self.relative_margin, self.max_score, self.perc_pos)
+        except ValueError as error:
+            raise ValueError(f"loss_options.{error}") from None
+        check_flags(vars(self), ("filter_same_label", "filter_same_anchor", "filter_queue_negatives"))
+        object.__setattr__(self, "margins", margins)  # an attribute, not a field: not an option of its own
 
     def groups(self, labels: Tensor | None, anchor_ids: Tensor | None) -> Tensor | None:
         """``(B,)`` group of each row for the same-group filter: integer ``labels`` when

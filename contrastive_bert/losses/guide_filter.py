@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrastive_bert.losses.option_checks import check_number, option_error
-from contrastive_bert.mining import false_negative_mask
+from contrastive_bert.mining import ScoreMargins, false_negative_mask
 from contrastive_bert.models import unwrap_model
 
 logger = logging.getLogger(__name__)
@@ -79,6 +79,7 @@ class GuideFilter(nn.Module):
         super().__init__()
         self.guide = load_guide_model(guide, model)
         self.margin = float(margin)
+        self.margins = ScoreMargins(absolute_margin=self.margin)
         trained = unwrap_model(model)
         self.must_retokenize = _tokenizer_vocab(trained) != _tokenizer_vocab(guide) or (
             getattr(guide, "max_seq_length", 0) < getattr(trained, "max_seq_length", 0)
@@ -113,7 +114,7 @@ class GuideFilter(nn.Module):
         guide_candidates: ``(n, D)``; all normalised."""
         scores = guide_anchors @ guide_candidates.T.to(guide_anchors.dtype)
         positive_scores = (guide_anchors * guide_positives).sum(dim=1)
-        return false_negative_mask(scores, positive_scores, absolute_margin=self.margin)
+        return false_negative_mask(scores, positive_scores, margins=self.margins)
 
 
 def _features_device(features: dict[str, Tensor]) -> torch.device | None:

@@ -92,29 +92,17 @@ class MinedNegatives:
 
 @dataclass
 class HardNegativeMiner:
-    """See the module docstring; the fields are the queue losses' options of the same names."""
+    """Chooses each anchor's negatives in the queue (see the module docstring).
 
-    num_hard_negatives: int = 0
-    use_queue_negatives: bool = True
-    filter_queue_negatives: bool = True
-    absolute_margin: float | None = None
-    relative_margin: float | None = 0.05
-    max_score: float | None = None
-    perc_pos: float | None = None
-    schedule: HardnessSchedule = field(default_factory=HardnessSchedule)
-    backend: Literal["auto", "faiss", "torch"] = "auto"
-    index_type: Literal["flat", "ivf", "hnsw"] = "flat"
-    use_gpu: bool | None = None
+    Args:
+        mining: how many hard negatives, whether the plain queue rows are negatives too, the
+            curriculum and the search backend.
+        filters: which rows may not be negatives (their score margins made and checked once, with
+            the config; nothing is checked per step).
+    """
 
-    @classmethod
-    def from_configs(cls, mining: MiningConfig, filters: FalseNegativeFilters) -> HardNegativeMiner:
-        """The miner a queue loss uses for its mining and filter options."""
-        return cls(
-            num_hard_negatives=mining.num_hard_negatives, use_queue_negatives=mining.use_queue_negatives,
-            filter_queue_negatives=filters.filter_queue_negatives, schedule=mining.hardness_schedule,
-            backend=mining.mining_backend, index_type=mining.mining_index, use_gpu=mining.use_gpu_index,
-            **filters.margins,
-        )
+    mining: MiningConfig = field(default_factory=MiningConfig)
+    filters: FalseNegativeFilters = field(default_factory=FalseNegativeFilters)
 
     @torch.no_grad()
     def select(
@@ -133,31 +121,31 @@ class HardNegativeMiner:
     ) -> MinedNegatives:
         """anchors ``(b, d)`` and keys ``(n, d)`` normalised, positive_scores ``(b,)`` cosines;
         ids/groups ``(n,)`` / ``(b,)``; keep ``(b, n)`` an extra filter; step: for the curriculum."""
-        k = self.num_hard_negatives
-        if keys.shape[0] == 0 or not (self.use_queue_negatives or k > 0):
+        k, use_queue_negatives = self.mining.num_hard_negatives, self.mining.use_queue_negatives
+        if keys.shape[0] == 0 or not (use_queue_negatives or k > 0):
             return MinedNegatives()
         anchors, keys = anchors.detach(), keys.detach()
-        offset = self.schedule.offset(step, k)
-        margins = dict(absolute_margin=self.absolute_margin, relative_margin=self.relative_margin,
-                       max_score=self.max_score, perc_pos=self.perc_pos)
+        offset = self.mining.hardness_schedule.offset(step, k)
+        margins = self.filters.margins
         groups = key_groups if anchor_groups is not None else None
-        if not self.use_queue_negatives:
+        if not use_queue_negatives:
             scores = None
             if keep is not None:  # the outside filter needs every score: exact search
                 scores = (anchors @ keys.T.to(anchors.dtype)).masked_fill(~keep, -math.inf)
-            backend = "faiss" if self.backend == "auto" and faiss_available() else self.backend
+            backend = self.mining.mining_backend
+            if backend == "auto":
+                backend = "faiss" if faiss_available() else "torch"
             hard_index = mine_hard_negatives(
                 anchors, positive_scores, keys, k, key_ids=key_ids, anchor_ids=anchor_ids, positive_ids=positive_ids,
-                key_labels=key_groups, anchor_labels=anchor_groups, offset=offset, scores=scores,
-                backend="torch" if backend == "auto" else backend, index_type=self.index_type, use_gpu=self.use_gpu,
-                **margins,
+                key_labels=key_groups, anchor_labels=anchor_groups, margins=margins, offset=offset, scores=scores,
+                backend=backend, index_type=self.mining.mining_index, use_gpu=self.mining.use_gpu_index,
             )
             return MinedNegatives(hard_index=hard_index)
         scores = anchors @ keys.T.to(anchors.dtype)
-        filtered = false_negative_mask(scores, positive_scores, key_ids, anchor_ids, positive_ids, groups, anchor_groups, **margins)
+        filtered = false_negative_mask(scores, positive_scores, key_ids, anchor_ids, positive_ids, groups, anchor_groups, margins)
         if keep is not None:
             filtered &= keep
-        if self.filter_queue_negatives:
+        if self.filters.filter_queue_negatives:
             queue_mask = filtered.clone()
         else:
             queue_mask = false_negative_mask(scores, positive_scores, key_ids, anchor_ids, positive_ids)

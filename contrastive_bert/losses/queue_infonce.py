@@ -171,7 +171,7 @@ class QueueInfoNCELoss(nn.Module):
             logger.warning("use_queue_negatives=False and num_hard_negatives=0: the queue is never used")
         self.model = model
         self.train_dataset_size = train_dataset_size
-        self.miner = HardNegativeMiner.from_configs(self.config.mining, self.config.filters)
+        self.miner = HardNegativeMiner(self.config.mining, self.config.filters)
         bare = unwrap_model(model)
         get_dim = getattr(bare, "get_embedding_dimension", None) or bare.get_sentence_embedding_dimension
         self.dim = int(get_dim())
@@ -231,15 +231,15 @@ class QueueInfoNCELoss(nn.Module):
 
     @property
     def num_hard_negatives(self) -> int:
-        return self.miner.num_hard_negatives
+        return self.config.mining.num_hard_negatives
 
     @property
     def use_queue_negatives(self) -> bool:
-        return self.miner.use_queue_negatives
+        return self.config.mining.use_queue_negatives
 
     @property
     def hardness_schedule(self) -> HardnessSchedule:
-        return self.miner.schedule
+        return self.config.mining.hardness_schedule
 
     @property
     def filter_same_label(self) -> bool:

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from contrastive_bert.losses.hard_negative_miner import HardNegativeMiner
+from contrastive_bert.losses.false_negative_filters import FalseNegativeFilters
+from contrastive_bert.losses.hard_negative_miner import HardNegativeMiner, MiningConfig
 from contrastive_bert.losses.infonce_math import queue_infonce_loss
 from contrastive_bert.mining import HardnessSchedule
 
@@ -52,19 +53,19 @@ def test_miner_hand_computed():
     keys = torch.nn.functional.normalize(torch.tensor([[1.0, 0.1], [0.9, 0.5], [0.5, 0.9], [0.0, 1.0], [1.0, 0.0]]), dim=1)
     scores = (anchors @ keys.T)[0]  # 0.995, 0.874, 0.486, 0.0, 1.0
     positive = torch.tensor([0.9])
-    miner = HardNegativeMiner(num_hard_negatives=2, relative_margin=None, perc_pos=1.0)
+    filters = FalseNegativeFilters(relative_margin=None, perc_pos=1.0)
+    miner = HardNegativeMiner(MiningConfig(num_hard_negatives=2), filters)
     mined = miner.select(anchors, positive, keys, 0, key_ids=torch.tensor([1, 2, 3, 4, 7]), positive_ids=torch.tensor([7]))
     # rows 0 (0.995 > 0.9) and 4 (the positive's own id, and above 0.9) are filtered; hardest two left: 1, 2
     assert mined.hard_index.tolist() == [[1, 2]]
     assert mined.queue_mask.tolist() == [[False, False, False, True, False]]  # row 0 stays out, 1-2 moved to hard
     assert scores[1] > scores[2] > scores[3]
-    easy = HardNegativeMiner(num_hard_negatives=1, relative_margin=None, perc_pos=1.0,
-                             schedule=HardnessSchedule(start=0.0, end=1.0, warmup_steps=10, pool_factor=3))
+    schedule = HardnessSchedule(start=0.0, end=1.0, warmup_steps=10, pool_factor=3)
+    easy = HardNegativeMiner(MiningConfig(num_hard_negatives=1, hardness_schedule=schedule), filters)
     # step 0: hardness 0 -> offset (3 - 1) * 1 = 2: the third-hardest kept row (row 3)
     assert easy.select(anchors, positive, keys, 0, key_ids=torch.tensor([1, 2, 3, 4, 7]),
                        positive_ids=torch.tensor([7])).hard_index.tolist() == [[3]]
-    only_hard = HardNegativeMiner(num_hard_negatives=2, use_queue_negatives=False, relative_margin=None, perc_pos=1.0,
-                                  backend="torch")
+    only_hard = HardNegativeMiner(MiningConfig(num_hard_negatives=2, use_queue_negatives=False, mining_backend="torch"), filters)
     got = only_hard.select(anchors, positive, keys, 0, key_ids=torch.tensor([1, 2, 3, 4, 7]), positive_ids=torch.tensor([7]),
                            keep=torch.tensor([[True, False, True, True, True]]))
     assert got.queue_mask is None and got.hard_index.tolist() == [[2, 3]]  # the outside keep mask vetoes row 1

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from contrastive_bert.mining import (
     HardnessSchedule,
+    ScoreMargins,
     faiss_available,
     false_negative_mask,
     mine_hard_negatives,
@@ -66,17 +67,19 @@ def test_false_negative_mask_rules():
     keep = false_negative_mask(scores, positive, cand_ids, anchor_ids, positive_ids)
     # same id as anchor (row 0, col 1) or positive (row 1, col 2) dropped; NO_ID never matches
     assert keep.tolist() == [[True, False, True, True], [True, True, False, True]]
-    keep = false_negative_mask(scores, positive, absolute_margin=0.05)  # score <= 0.75
+    keep = false_negative_mask(scores, positive, margins=ScoreMargins(absolute_margin=0.05))  # score <= 0.75
     assert keep[0].tolist() == [False, True, True, True]
-    keep = false_negative_mask(scores, positive, relative_margin=0.25)  # score <= 0.8 - 0.2 = 0.6
+    keep = false_negative_mask(scores, positive, margins=ScoreMargins(relative_margin=0.25))  # score <= 0.8 - 0.2 = 0.6
     assert keep[0].tolist() == [False, False, True, True]
-    keep = false_negative_mask(scores, positive, max_score=0.6)
+    keep = false_negative_mask(scores, positive, margins=ScoreMargins(max_score=0.6))
     assert keep[0].tolist() == [False, False, True, True]
     labels = torch.tensor([1, 2, 1, 3])
     keep = false_negative_mask(scores, positive, candidate_labels=labels, anchor_labels=torch.tensor([1, 3]))
     assert keep.tolist() == [[False, True, False, True], [True, True, True, False]]
-    with pytest.raises(ValueError, match="relative_margin"):
-        false_negative_mask(scores, positive, relative_margin=1.5)
+    with pytest.raises(ValueError, match=r"^relative_margin: expected a number in \[0, 1\] or null, got 1.5$"):
+        ScoreMargins(relative_margin=1.5)
+    with pytest.raises(ValueError, match="^absolute_margin: expected a finite number or null, got nan$"):
+        ScoreMargins(absolute_margin=float("nan"))
 
 
 @pytest.mark.parametrize("backend", ["torch", pytest.param("faiss", marks=needs_faiss)])
@@ -87,7 +90,7 @@ def test_mined_negatives_exclude_paraphrases_of_the_positive(backend):
     key_ids = torch.arange(200)
     pos_scores = (queries * positives).sum(1)
     idx = mine_hard_negatives(
-        queries, pos_scores, keys, 5, key_ids=key_ids, positive_ids=torch.arange(8), relative_margin=0.05,
+        queries, pos_scores, keys, 5, key_ids=key_ids, positive_ids=torch.arange(8), margins=ScoreMargins(relative_margin=0.05),
         backend=backend,
     )
     assert idx.shape == (8, 5)
@@ -96,7 +99,7 @@ def test_mined_negatives_exclude_paraphrases_of_the_positive(backend):
         assert (keys[idx[row]] @ queries[row] <= pos_scores[row] * 0.95 + 1e-6).all()
     # exact search and torch give the same hard negatives
     ref = mine_hard_negatives(
-        queries, pos_scores, keys, 5, key_ids=key_ids, positive_ids=torch.arange(8), relative_margin=0.05,
+        queries, pos_scores, keys, 5, key_ids=key_ids, positive_ids=torch.arange(8), margins=ScoreMargins(relative_margin=0.05),
         scores=queries @ keys.T,
     )
     assert torch.equal(idx, ref)

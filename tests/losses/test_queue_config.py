@@ -18,7 +18,7 @@ from contrastive_bert.losses.hard_negative_miner import MiningConfig
 from contrastive_bert.losses.queue_config import InfoNCEConfig, QueueConfig, QueueInfoNCEConfig
 from contrastive_bert.losses.queue_cosent import QueueCoSENTLoss, ScoreTermConfig
 from contrastive_bert.losses.queue_infonce import QueueInfoNCELoss
-from contrastive_bert.mining import HardnessSchedule
+from contrastive_bert.mining import HardnessSchedule, ScoreMargins
 
 OPTIONS = {"queue_size": 16, "temperature": 0.1, "num_hard_negatives": 2, "hard_negative_share": 0.2,
            "perc_pos": 0.95, "filter_same_anchor": False, "momentum": 0.9,
@@ -45,7 +45,8 @@ def test_the_defaults_are_the_config_defaults(tiny_model):
     loss = QueueInfoNCELoss(tiny_model)
     assert loss.config == QueueInfoNCEConfig()
     assert (loss.temperature, loss.hard_negative_share, loss.symmetric, loss.check_finite) == (0.05, None, False, True)
-    assert (loss.miner.relative_margin, loss.filter_same_anchor, loss.miner.filter_queue_negatives) == (0.05, True, True)
+    assert (loss.miner.filters.relative_margin, loss.filter_same_anchor, loss.miner.filters.filter_queue_negatives) == (0.05, True, True)
+    assert loss.miner.filters is loss.config.filters and loss.miner.mining is loss.config.mining
     assert loss.guide is None and loss.momentum_encoder is None and loss.queue is None
 
 
@@ -132,3 +133,17 @@ def test_plain_and_cached_share_the_step_hook(monkeypatch, tiny_model):
         eval_loss = QueueInfoNCELoss(tiny_model, queue_size=8)
         eval_loss(features, None)
     assert int(eval_loss.num_steps) == 0  # no gradient: nothing enqueued
+
+
+def test_the_margins_are_checked_when_the_config_is_made_not_per_step(monkeypatch, tiny_model):
+    """The miner applies the filters' ScoreMargins made with the config; a step makes none."""
+    loss = QueueInfoNCELoss(tiny_model, queue_size=8, num_hard_negatives=2, perc_pos=0.95)
+    assert loss.miner.filters.margins == ScoreMargins(relative_margin=0.05, perc_pos=0.95)
+    checks = []
+    original = ScoreMargins.__post_init__
+    monkeypatch.setattr(ScoreMargins, "__post_init__", lambda self: (checks.append(1), original(self))[1])
+    features = [tiny_model.preprocess(["a cat", "a dog", "the sky"]), tiny_model.preprocess(["kitten", "puppy", "blue"])]
+    tiny_model.train()
+    for _ in range(2):  # the second call mines from the 3 rows the first one enqueued
+        sum(loss(features, None).values()).backward()
+    assert len(loss.queue) == 6 and checks == []

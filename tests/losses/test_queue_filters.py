@@ -14,7 +14,7 @@ from sentence_transformers.sentence_transformer.losses import GISTEmbedLoss
 
 from contrastive_bert.losses.cached_queue_infonce import CachedQueueInfoNCELoss
 from contrastive_bert.losses.queue_infonce import QueueInfoNCELoss
-from contrastive_bert.mining import false_negative_mask
+from contrastive_bert.mining import ScoreMargins, false_negative_mask
 
 ANCHORS = ["a cat sits on the mat", "the dog runs fast", "the sky is blue today", "I like green tea"]
 POSITIVES = ["a kitten rests on a rug", "a dog is running", "blue sky", "tea is what I love"]
@@ -41,13 +41,13 @@ def _basis(*weights: tuple[int, float]) -> torch.Tensor:
 def test_perc_pos_hand_computed():
     scores = torch.tensor([[0.50, 0.77, 0.75], [-0.30, -0.195, -0.18]])
     positive = torch.tensor([0.8, -0.2])
-    keep = false_negative_mask(scores, positive, perc_pos=0.95)  # thresholds 0.76 and -0.19
+    keep = false_negative_mask(scores, positive, margins=ScoreMargins(perc_pos=0.95))  # thresholds 0.76 and -0.19
     assert keep.tolist() == [[True, False, True], [True, True, False]]
     # relative_margin = 0.05 is the same rule for the positive score, not for the negative one (-0.21)
-    keep = false_negative_mask(scores, positive, relative_margin=0.05)
+    keep = false_negative_mask(scores, positive, margins=ScoreMargins(relative_margin=0.05))
     assert keep.tolist() == [[True, False, True], [True, False, False]]
-    with pytest.raises(ValueError, match="perc_pos"):
-        false_negative_mask(scores, positive, perc_pos=0.0)
+    with pytest.raises(ValueError, match=r"^perc_pos: expected a number in \(0, 1\] or null, got 0.0$"):
+        ScoreMargins(perc_pos=0.0)
 
 
 def test_perc_pos_in_the_loss_matches_the_hand_mask(tiny_model):

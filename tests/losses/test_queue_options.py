@@ -92,4 +92,4 @@ def test_registered_names_build(tiny_model):
     assert isinstance(cached, CachedQueueInfoNCELoss) and cached.queue_size == 20 and cached.loss.guide is not None
     plain = TrainingRecipe(loss="queue_infonce", loss_options={"perc_pos": 0.95}, batch_size=8)
     built = get_loss_entry("queue_infonce").build(tiny_model, pairs, plain)
-    assert type(built) is QueueInfoNCELoss and built.miner.perc_pos == 0.95
+    assert type(built) is QueueInfoNCELoss and built.miner.filters.margins.perc_pos == 0.95
