@@ -3,6 +3,9 @@
 Every recipe field is a flag; flags override the file. ``--resume`` continues the run recorded in
 ``<output-dir>/recipe.json``: a flag that differs from the recorded recipe is an error naming the
 field, except the few that may change on resume (``max_steps``, ``epochs``, logging/saving steps).
+What the file and flags leave out of ``dev_task``, ``eval_tasks``, ``max_seq_length`` and
+``output_dir`` is derived from the training data (``train --datasets scifact``: dev and eval on
+SciFact, the model's full length, ``output/scifact-mnrl``) and recorded in ``recipe.json``.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ _HELP = {
     "max_seq_length": "texts are truncated to this many tokens; none keeps the model's limit",
     "max_train_samples": "train on the first N rows of the shuffled training set",
     "max_eval_samples": "cut every evaluation at the start and end of the run (--eval-tasks, and a multi-exit model's "
-                        "per-exit accuracy and early-exit sweep) to N shuffled rows per split; 0 skips them",
+                        "per-exit accuracy and early-exit sweep) to N shuffled rows per split (a retrieval task: N "
+                        "queries, searched over the whole corpus); 0 skips them",
     "min_pair_score": "STS pairs with score >= this (in [0, 1]) are positives",
     "labelled_negatives": "reranking data sets: pair every correct answer with a labelled wrong candidate of its "
                           "question (triplets)",
@@ -64,6 +68,13 @@ _HELP = {
 _SHARED = ("model", "datasets", "data_dir", "batch_size", "output_dir", "overwrite", "resume")
 _JSON_FIELDS = ("loss_options",)
 _METAVARS = {"loss": "NAME", "dev_task": "TASK", "eval_tasks": "TASKS"}
+# The defaults of the fields derived from the training data (training/data_defaults.py), as --help shows them.
+_DERIVED_SHOWN = {
+    "dev_task": "the training set itself when it is a retrieval or labelled set, else stsb",
+    "eval_tasks": "the training set itself when it is a retrieval or labelled set, else stsb",
+    "max_seq_length": "the model's own limit for a retrieval set, else 128",
+    "output_dir": "output/<data>-<loss>, e.g. output/scifact-mnrl",
+}
 
 
 def _shown(value: Any) -> str:
@@ -105,7 +116,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_data_dir_argument(parser, default=suppress)
     add_batch_size_argument(parser, default=suppress, help="training batch size (per device)", shown=defaults.batch_size)
     add_output_dir_argument(parser, "run folder: checkpoints/, final/, recipe.json, results.json",
-                            default=suppress, shown=defaults.output_dir)
+                            default=suppress, shown=_DERIVED_SHOWN["output_dir"])
     add_overwrite_argument(parser, default=suppress)
     parser.add_argument("--resume", action="store_true", default=suppress,
                         help="continue the run recorded in --output-dir from its last checkpoint "
@@ -116,7 +127,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             continue
         flag = "--" + field.name.replace("_", "-")
         kind = _flag_type(field.name, hints[field.name])
-        help_text = f"{_HELP[field.name]} (default: {_shown(getattr(defaults, field.name))})"
+        shown = _DERIVED_SHOWN.get(field.name) or _shown(getattr(defaults, field.name))
+        help_text = f"{_HELP[field.name]} (default: {shown})"
         if kind is bool:
             parser.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=suppress, help=help_text)
         elif field.name == "mixed_precision":

@@ -81,11 +81,16 @@ def read_file(path: Path) -> dict[str, list]:
 
 
 def beir_files(folder: Path) -> dict[str, str]:
-    """Split -> file of a BEIR folder: ``corpus``, ``queries`` and one entry per ``qrels/*.tsv``."""
+    """Split -> file of a BEIR folder: ``corpus``, ``queries`` and one entry per ``qrels/*.tsv``;
+    a ``ValueError`` naming every missing file otherwise."""
     folder = Path(folder)
     qrels = sorted((folder / "qrels").glob("*.tsv")) if (folder / "qrels").is_dir() else []
-    if not (folder / "corpus.jsonl").is_file() or not (folder / "queries.jsonl").is_file() or not qrels:
-        raise ValueError(f"{folder}: not a BEIR folder (expected corpus.jsonl, queries.jsonl and qrels/<split>.tsv)")
+    missing = [name for name in ("corpus.jsonl", "queries.jsonl") if not (folder / name).is_file()]
+    if not qrels:
+        missing.append("qrels/<split>.tsv (qrels/train.tsv to train on, qrels/test.tsv to score)")
+    if missing:
+        raise ValueError(f"dataset: {folder} is not a complete BEIR folder: missing {', '.join(missing)} "
+                         "(a BEIR folder holds corpus.jsonl, queries.jsonl and qrels/<split>.tsv)")
     files = {CORPUS: "corpus.jsonl", QUERIES: "queries.jsonl"}
     for path in qrels:
         files[SPLIT_NAMES.get(path.stem, path.stem)] = f"qrels/{path.name}"
@@ -96,6 +101,13 @@ def is_beir_folder(path: str | Path) -> bool:
     """Whether ``path`` is a folder in the BEIR layout."""
     folder = Path(path).expanduser()
     return folder.is_dir() and (folder / "corpus.jsonl").is_file() and (folder / "qrels").is_dir()
+
+
+def looks_like_beir_folder(path: str | Path) -> bool:
+    """Whether ``path`` is a folder holding any part of the BEIR layout (``corpus.jsonl``,
+    ``queries.jsonl`` or ``qrels/``): meant as one, so what is missing is worth naming."""
+    folder = Path(path).expanduser()
+    return folder.is_dir() and any((folder / part).exists() for part in ("corpus.jsonl", "queries.jsonl", "qrels"))
 
 
 def build_retrieval_split(split: str, columns: Mapping[str, list]) -> datasets.Dataset:
@@ -193,6 +205,20 @@ class RetrievalData:
             judged.sort(key=lambda item: -item[1])  # stable: the shuffled order stays within a grade
             pairs.extend((query_id, doc, grade) for doc, grade in judged[:max_per_query])
         return pairs
+
+    def with_queries_capped(self, max_queries: int, seed: int = 0) -> RetrievalData:
+        """The same corpus (never cut: a score over a cut corpus means nothing) with each qrels
+        split keeping at most ``max_queries`` of its judged queries, a seeded draw (sorted ids
+        shuffled with ``seed``). A score on the result equals the full-corpus score restricted to
+        those queries."""
+        if isinstance(max_queries, bool) or not isinstance(max_queries, int) or max_queries < 1:
+            raise ValueError(f"max_queries: expected a positive integer, got {max_queries!r}")
+        qrels = {}
+        for name, split in self.qrels.items():
+            judged = sorted(q for q, docs in split.items() if docs and q in self.queries)
+            random.Random(seed).shuffle(judged)
+            qrels[name] = {q: split[q] for q in sorted(judged[:max_queries])}
+        return RetrievalData(corpus=self.corpus, queries=self.queries, qrels=qrels)
 
     def relevant(self, query_id: str) -> set[str]:
         """Every document judged relevant (grade > 0) to ``query_id`` in any split."""

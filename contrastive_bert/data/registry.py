@@ -15,7 +15,7 @@ import pkgutil
 from collections.abc import Mapping
 
 from contrastive_bert.data import sets
-from contrastive_bert.data.beir import beir_folder_dataset, is_beir_folder
+from contrastive_bert.data.beir import beir_folder_dataset, looks_like_beir_folder
 from contrastive_bert.data.files import FILE_FORMATS, file_dataset, is_data_file
 from contrastive_bert.data.spec import DatasetSpec
 
@@ -70,7 +70,7 @@ def resolve_dataset_argument(
             raise ValueError(f"format: {key!r} is a registered {REGISTRY[key].task_type} data set; a format and columns apply to data files only")
         return REGISTRY[key]
     if not is_data_file(key):
-        if is_beir_folder(key):
+        if looks_like_beir_folder(key):  # an incomplete one: beir_files names what is missing
             if format not in (None, "retrieval") or columns:
                 raise ValueError(f"format: {key!r} is a BEIR folder (retrieval); a format and columns apply to data files only")
             return _FILE_DATASETS.setdefault((key, "beir"), beir_folder_dataset(key))

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from tqdm.auto import tqdm
 
 from contrastive_bert.data import get_dataset, load_dataset
+from contrastive_bert.data.beir import RetrievalData
 from contrastive_bert.data.spec import DatasetSpec
 
 logger = logging.getLogger(__name__)
@@ -52,10 +53,10 @@ def _reranking(model, spec, data, split, **kwargs):
 
 
 def _retrieval(model, spec, data, split, batch_size: int = 64, show_progress_bar: bool = False):
-    from contrastive_bert.data.beir import RetrievalData
     from contrastive_bert.evaluation.beir_evaluation import evaluate_retrieval_splits
 
-    scores = evaluate_retrieval_splits(model, RetrievalData.from_splits(data), [split], batch_size=batch_size,
+    retrieval = data if isinstance(data, RetrievalData) else RetrievalData.from_splits(data)
+    scores = evaluate_retrieval_splits(model, retrieval, [split], batch_size=batch_size,
                                        show_progress_bar=show_progress_bar)[split]
     return {k: v for k, v in scores.items() if k != "main_score"}
 
@@ -92,16 +93,29 @@ def default_progress_bar() -> bool:
 def evaluate_split(
     model, task: str | DatasetSpec, data, split: str = "test", batch_size: int = 64, show_progress_bar: bool = False
 ) -> dict:
-    """Scores of ``model`` on ``data[split]`` of the data set ``task`` (``data`` as loaded;
-    classification fits its probe on ``data["train"]``), x100, ``main_score`` = the data set's
-    ``main_score`` metric."""
+    """Scores of ``model`` on ``data[split]`` of the data set ``task`` (``data`` as loaded, or a
+    retrieval set's :class:`RetrievalData`; classification fits its probe on ``data["train"]``),
+    x100, ``main_score`` = the data set's ``main_score`` metric."""
     spec = _evaluable(task)
-    if split not in data:
-        raise ValueError(f"split: {spec.name!r} has splits {list(data)}, not {split!r}")
+    splits = list(data.qrels) if isinstance(data, RetrievalData) else list(data)
+    if split not in splits:
+        raise ValueError(f"split: {spec.name!r} has splits {splits}, not {split!r}")
     scores = EVALUATORS[spec.task_type](model, spec, data, split, batch_size=batch_size, show_progress_bar=show_progress_bar)
     if spec.main_score not in scores:
         raise ValueError(f"main_score: {spec.name!r} names {spec.main_score!r}, but its evaluator reports {sorted(scores)}")
     return {"main_score": scores[spec.main_score], **{k: v for k, v in scores.items() if k != "main_score"}}
+
+
+def cap_rows(data, rows: int, seed: int = 0):
+    """An evaluation sample: every split of a loaded data set cut to ``rows`` rows, shuffled with
+    ``seed`` (a classification test split is often sorted by label: its first rows would hold a
+    few classes); a retrieval set (its ``DatasetDict`` or :class:`RetrievalData`) keeps its whole
+    corpus and ``rows`` queries per qrels split (:meth:`RetrievalData.with_queries_capped`)."""
+    if isinstance(data, RetrievalData):
+        return data.with_queries_capped(rows, seed)
+    if "corpus" in data and "queries" in data:
+        return RetrievalData.from_splits(data).with_queries_capped(rows, seed)
+    return {name: split.shuffle(seed=seed).select(range(min(rows, len(split)))) for name, split in data.items()}
 
 
 def evaluate_task(

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contrastive_bert.training.data_defaults import DERIVED_FIELDS, derived_defaults
+
 MIXED_PRECISION = ("no", "fp16", "bf16", "auto")
 RECIPE_FILE = "recipe.json"
 # Fields a resumed run may change (a logged override): how long to train, how often to log/save,
@@ -21,7 +23,9 @@ RUN_CONTROL = ("overwrite", "resume")  # how to start this invocation, not part 
 @dataclass
 class TrainingRecipe:
     """Everything a training run needs. Defaults: fine-tune the bundled all-MiniLM-L6-v2 with
-    MultipleNegativesRankingLoss on STS-B's high-scoring pairs, dev-evaluate on STS-B."""
+    MultipleNegativesRankingLoss on STS-B's high-scoring pairs, dev-evaluate on STS-B. Built by
+    :meth:`from_dict` (files, flags), the data-dependent fields left out are derived from
+    ``datasets`` instead (:mod:`contrastive_bert.training.data_defaults`)."""
 
     model: str = "default"
     datasets: list[str] = field(default_factory=lambda: ["stsb"])
@@ -132,13 +136,21 @@ class TrainingRecipe:
         return [f.name for f in dataclasses.fields(cls)]
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> TrainingRecipe:
+    def from_dict(cls, values: dict[str, Any], derive: bool = True) -> TrainingRecipe:
+        """A recipe from field values (a file's, flags'). With ``derive``, the fields left out of
+        ``values`` among ``dev_task``, ``eval_tasks``, ``max_seq_length`` and ``output_dir`` are
+        derived from the training data and the loss (:mod:`contrastive_bert.training.data_defaults`:
+        a retrieval set is its own dev and eval task at the model's full length); given values win."""
         unknown = [key for key in values if key not in cls.field_names()]
         if unknown:
             key = unknown[0]
             close = difflib.get_close_matches(key, cls.field_names(), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(f"recipe: unknown field {key!r}{hint}; fields are {', '.join(cls.field_names())}")
+        if derive and not values.get("resume") and any(name not in values for name in DERIVED_FIELDS):
+            defaults = cls()
+            derived = derived_defaults(values.get("datasets", defaults.datasets), values.get("loss", defaults.loss))
+            values = {**{k: v for k, v in derived.items() if k not in values}, **values}
         return cls(**values)
 
     @classmethod
@@ -152,13 +164,25 @@ class TrainingRecipe:
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"recipe: file not found: {path}")
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"recipe: {path} is not UTF-8 text ({error.reason} at byte {error.start})") from None
         if path.suffix.lower() == ".json":
-            values = json.loads(text)
+            try:
+                values = json.loads(text)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"recipe: {path}, line {error.lineno}, column {error.colno}: not valid JSON ({error.msg})") from None
         elif path.suffix.lower() in (".yaml", ".yml"):
             import yaml
 
-            values = yaml.safe_load(text) or {}
+            try:
+                values = yaml.safe_load(text) or {}
+            except yaml.YAMLError as error:
+                mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+                where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+                problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+                raise ValueError(f"recipe: {path}{where}: not valid YAML ({problem})") from None
         else:
             raise ValueError(f"recipe: expected a .yaml, .yml or .json file, got {path.name}")
         if not isinstance(values, dict):
@@ -184,7 +208,7 @@ class TrainingRecipe:
             raise ValueError(f"resume: {path} is not valid JSON ({error.msg})") from None
         if not isinstance(values, dict):
             raise ValueError(f"resume: {path} must hold a mapping of recipe fields")
-        return cls.from_dict({key: value for key, value in values.items() if key not in RUN_CONTROL})
+        return cls.from_dict({key: value for key, value in values.items() if key not in RUN_CONTROL}, derive=False)
 
     def resume_overrides(self, recorded: TrainingRecipe) -> dict[str, tuple[Any, Any]]:
         """``{field: (recorded, now)}`` for the fields that differ from ``recorded`` and may change
@@ -204,6 +228,6 @@ class TrainingRecipe:
         """The recorded recipe of ``output_dir`` with the ``given`` fields (CLI flags, a recipe
         file) applied: each must equal the recorded value or be one that may change on resume."""
         recorded = cls.load_recorded(output_dir)
-        recipe = cls.from_dict({**recorded.recorded(), **given, "output_dir": str(output_dir), "resume": True})
+        recipe = cls.from_dict({**recorded.recorded(), **given, "output_dir": str(output_dir), "resume": True}, derive=False)
         recipe.resume_overrides(recorded)  # the runner logs the allowed changes
         return recipe

@@ -3,6 +3,7 @@ the benchmarks), ``train`` for a whole recipe (used by ``contrastive-bert train`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -225,24 +226,32 @@ def finished_run(recipe: TrainingRecipe) -> dict | None:
     return results
 
 
-def _cut(data, rows: int):
-    """Every split of a loaded data set cut to ``rows`` rows, shuffled with seed 0 (a classification
-    test split is often sorted by label: its first rows would hold a few classes)."""
-    return {name: split.shuffle(seed=0).select(range(min(rows, len(split)))) for name, split in data.items()}
+def evaluation_data(recipe: TrainingRecipe, run_data=None) -> dict:
+    """``{task: data}`` of ``recipe.eval_tasks`` as scored before and after training, each loaded once
+    (``run_data``: a :class:`~contrastive_bert.training.train_data.RunData` shared with the rest of the
+    run) and sampled to ``max_eval_samples`` rows per split, the same rows before and after; a
+    retrieval task keeps its whole corpus and samples its queries
+    (:func:`~contrastive_bert.evaluation.tasks.cap_rows`). {} for no tasks or ``max_eval_samples`` 0."""
+    from contrastive_bert.evaluation.tasks import cap_rows
+    from contrastive_bert.training.train_data import RunData
+
+    if not recipe.eval_tasks or recipe.max_eval_samples == 0:
+        return {}
+    run_data = run_data if run_data is not None else RunData(recipe.data_dir)
+    data = {task: run_data[task] for task in recipe.eval_tasks}
+    if recipe.max_eval_samples is not None:
+        data = {task: cap_rows(loaded, recipe.max_eval_samples) for task, loaded in data.items()}
+    return data
 
 
-def evaluate_recipe_tasks(model, recipe: TrainingRecipe) -> dict:
-    """Scores on ``recipe.eval_tasks`` (test split), each split cut to ``max_eval_samples`` rows; {}
-    for no tasks or ``max_eval_samples`` 0."""
-    from contrastive_bert.data import load_dataset
+def evaluate_recipe_tasks(model, recipe: TrainingRecipe, data: dict | None = None) -> dict:
+    """Scores on ``recipe.eval_tasks`` (test split) of ``data`` (default: :func:`evaluation_data`);
+    {} for no tasks or ``max_eval_samples`` 0."""
     from contrastive_bert.evaluation.tasks import evaluate_tasks
 
     if not recipe.eval_tasks or recipe.max_eval_samples == 0:
         return {}
-    data = None
-    if recipe.max_eval_samples is not None:
-        data = {task: _cut(load_dataset(task, data_dir=recipe.data_dir), recipe.max_eval_samples)
-                for task in recipe.eval_tasks}
+    data = evaluation_data(recipe) if data is None else data
     return evaluate_tasks(model, recipe.eval_tasks, data_dir=recipe.data_dir, data=data)
 
 
@@ -262,18 +271,23 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
     from contrastive_bert.models import load_model
     from contrastive_bert.training.model_card import note_custom_modules
     from contrastive_bert.training.task_evaluator import TaskEvaluator
-    from contrastive_bert.training.train_data import build_train_dataset
+    from contrastive_bert.training.train_data import RunData, build_train_dataset
 
     output_dir = Path(recipe.output_dir)
+    run_data = RunData(recipe.data_dir)  # each data set read once: training rows, dev evaluator, before/after
     train_dataset = build_train_dataset(
         recipe.datasets, entry.data_format, data_dir=recipe.data_dir, min_pair_score=recipe.min_pair_score,
         max_samples=recipe.max_train_samples, seed=recipe.seed, labelled_negatives=recipe.labelled_negatives,
+        load=run_data.__getitem__,
     )
     check_enough_rows(train_dataset, recipe)
-    evaluator = TaskEvaluator(recipe.dev_task, data_dir=recipe.data_dir) if recipe.dev_task else None
+    evaluator = TaskEvaluator(recipe.dev_task, data=run_data[recipe.dev_task]) if recipe.dev_task else None
+    eval_data = evaluation_data(recipe, run_data)
     model = load_model(recipe.model)
     if recipe.max_seq_length is not None:
         model.max_seq_length = recipe.max_seq_length
+    elif getattr(model, "max_seq_length", None) is not None:  # the model's full length, recorded as a number
+        recipe = dataclasses.replace(recipe, max_seq_length=int(model.max_seq_length))
 
     if recipe.overwrite:  # only now that data and model have loaded
         clear_run(output_dir)
@@ -283,7 +297,7 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
     if checkpoint and before_file.is_file():
         before = json.loads(before_file.read_text())
     else:
-        before = evaluate_recipe_tasks(model, recipe)
+        before = evaluate_recipe_tasks(model, recipe, eval_data)
         write_json(before_file, before)
 
     loss = entry.build(model, train_dataset, recipe)
@@ -295,7 +309,7 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
     seconds = time.perf_counter() - start
     model.save(str(output_dir / FINAL_MODEL))
     note_custom_modules(output_dir / FINAL_MODEL)
-    after = evaluate_recipe_tasks(model, recipe)
+    after = evaluate_recipe_tasks(model, recipe, eval_data)
     results = {"recipe": recipe.recorded(), "before": before, "after": after, "train_seconds": seconds,
                "train_rows": len(train_dataset), "global_step": trainer.state.global_step}
     write_json(output_dir / RESULTS_FILE, results)
