@@ -24,7 +24,7 @@ import datasets
 import torch
 
 from contrastive_bert.data.beir import RetrievalData
-from contrastive_bert.mining import search_topk
+from contrastive_bert.queue_search import search_topk
 
 logger = logging.getLogger(__name__)
 

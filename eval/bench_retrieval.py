@@ -198,7 +198,7 @@ def _st_mined(data: RetrievalData, device: str, miner: dict[str, Any]):
     margins, sampling), one negative per pair, over the whole corpus."""
     from sentence_transformers.util import mine_hard_negatives
 
-    from contrastive_bert.mining import faiss_available
+    from contrastive_bert.queue_search import faiss_available
 
     pairs = retrieval_pairs(data, "train", MAX_POSITIVES_PER_QUERY)
     return mine_hard_negatives(pairs, _base_model(device), anchor_column_name="anchor", positive_column_name="positive",
@@ -354,7 +354,12 @@ def summarize(records: list[dict], seeds: list[int]) -> dict:
         decisive = decisive_methods(setting, list(METHODS), seeds[0], log)
         planned = {name: len(m.configs) + (len(seeds) - 1 if name in decisive else 0) for name, m in METHODS.items()}
         done = {name: sum(1 for r in mine if r["method"] == name) for name in METHODS}
+        diagnosis = {f"{r['method']}/{r['config']}/{r['seed']}": {
+            "options": r["options"], "learning_rate": r["learning_rate"], "dev_ndcg_at_10": r["dev"]["ndcg_at_10"],
+            "last_loss": r["last_loss"], **{k: r["queue_probe"][k] for k in ("steps_with_full_queue", "full", "thirds")},
+        } for r in mine if r.get("queue_probe")}
         out[setting] = {
+            "queue_diagnosis": diagnosis,
             "untrained": {"dev": untrained["dev"], "test": untrained["test"], **untrained["general"]},
             "methods": methods,
             "decisive": decisive,
@@ -364,6 +369,8 @@ def summarize(records: list[dict], seeds: list[int]) -> dict:
 
 
 def plot(summary: dict, path: Path) -> None:
+    """Test nDCG@10 (mean ± std over seeds) against the cost of a run (training seconds, mining and
+    refreshes included), one panel per setting; grey: sentence-transformers, blue: ours."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -372,18 +379,19 @@ def plot(summary: dict, path: Path) -> None:
     settings = [s for s in SETTINGS if s in summary and summary[s]["methods"]]
     if not settings:
         return
-    fig, axes = plt.subplots(1, len(settings), figsize=(7 * len(settings), 4.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(settings), figsize=(7.5 * len(settings), 5), squeeze=False)
     for ax, setting in zip(axes[0], settings):
         block = summary[setting]
-        names = list(block["methods"])
-        means = [block["methods"][n]["test"]["ndcg_at_10"]["mean"] for n in names]
-        stds = [block["methods"][n]["test"]["ndcg_at_10"]["std"] for n in names]
-        colors = ["tab:gray" if block["methods"][n]["baseline"] else "tab:blue" for n in names]
-        ax.barh(names, means, xerr=stds, color=colors)
-        ax.axvline(block["untrained"]["test"]["ndcg_at_10"], color="k", linestyle="--", label="untrained")
-        ax.set_xlim(min(means + [block["untrained"]["test"]["ndcg_at_10"]]) - 3, max(means) + 2)
-        ax.set_xlabel("test nDCG@10 (mean ± std over seeds; grey: sentence-transformers)")
-        ax.set_title(setting)
+        for name, run in block["methods"].items():
+            cost = run["train_seconds"]["mean"] + ((run.get("rows_seconds") or {}).get("mean") or 0.0)
+            mean, std = run["test"]["ndcg_at_10"]["mean"], run["test"]["ndcg_at_10"]["std"]
+            color = "tab:gray" if run["baseline"] else "tab:blue"
+            ax.errorbar([cost], [mean], yerr=[std or 0.0], fmt="o", color=color, capsize=3)
+            ax.annotate(f"{name} ({len(run['seeds'])})", (cost, mean), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        ax.axhline(block["untrained"]["test"]["ndcg_at_10"], color="k", linestyle="--", linewidth=1, label="untrained")
+        ax.set_xlabel("seconds per run on this machine: mining + training (2 CPU cores)")
+        ax.set_ylabel("test nDCG@10 (mean ± std; (n) seeds)")
+        ax.set_title(f"{setting}: grey = sentence-transformers, blue = contrastive_bert")
         ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -154,26 +154,38 @@ def table_pairs_sts(results: Results) -> str:
 RETRIEVAL_LABELS = {
     "mnrl": "MNRL (ST)",
     "mnrl_st_mined": "MNRL on `mine_hard_negatives` triplets (ST)",
-    "queue_corpus_mined": "`queue_infonce` on corpus-mined triplets",
-    "mnrl_corpus_mined": "MNRL on corpus-mined triplets (ablation)",
-    "queue_hard": "`queue_infonce` + 8 hard negatives",
+    "mnrl_corpus_mined": "MNRL on corpus-mined triplets (ours, no queue)",
+    "queue_corpus_mined": "`queue_infonce` + 8 queue hard negatives, corpus-mined triplets",
+    "queue_hard": "`queue_infonce` + 8 queue hard negatives, pairs",
+    "mnrl_ance": "MNRL, corpus negatives re-mined each epoch (ANCE)",
+    "queue_ance": "`queue_infonce` + 8 queue hard negatives, re-mined corpus negatives",
     "gist": "GISTEmbed, guide: bundled model (ST)",
-    "queue": "`queue_infonce`, queue only",
-    "mnrl_hardness": "MNRL, hardness_mode in-batch (ST)",
     "cached_mnrl": "CachedMNRL, batch 128 (ST)",
-    "cached_queue": "`cached_queue_infonce`, batch 128",
 }
+
+
+def retrieval_options_text(options: Mapping[str, object]) -> str:
+    """A retrieval configuration in a cell: the miner's settings inline, unset options left out."""
+    flat = {}
+    for key, value in options.items():
+        if isinstance(value, Mapping):
+            flat.update({f"{key}.{k}": v for k, v in value.items()})
+        elif value is not None:
+            flat[key] = value
+    return options_text(flat)
 
 
 def table_retrieval(results: Results) -> str:
     """retrieval_quality.json: per setting the untrained model and each method's dev-chosen
-    configuration, dev and test nDCG@10 (test: mean ± std over seeds), MAP@100, Recall@100, and
-    the general-ability block (STS-B, mean zero-shot accuracy over Banking77, emotion and SST-2)."""
+    configuration, dev and test nDCG@10 (test: mean ± std over seeds), MAP@100, Recall@100, the
+    general-ability block (STS-B, mean zero-shot accuracy over Banking77, emotion and SST-2) and
+    the cost (mining and training seconds, peak memory)."""
     if not results.has("retrieval_quality"):
         return "*Not run yet: `eval/results/retrieval_quality.json` does not exist.*"
     data = results["retrieval_quality"]
     header = ["method", "chosen on dev (configs run/planned)", "dev nDCG@10", "test nDCG@10: mean ± std (seeds)",
-              "test MAP@100", "test Recall@100", "STS-B test", "zero-shot mean (B77 / emotion / SST-2)", "train s"]
+              "test MAP@100", "test Recall@100", "STS-B test", "zero-shot mean (B77 / emotion / SST-2)",
+              "mining s", "train s", "peak MiB"]
     blocks = []
     for setting, block in data.items():
         if not isinstance(block, Mapping) or "untrained" not in block:
@@ -183,24 +195,47 @@ def table_retrieval(results: Results) -> str:
         rows = [["untrained", "", fmt(untrained["dev"]["ndcg_at_10"]), fmt(untrained["test"]["ndcg_at_10"]),
                  fmt(untrained["test"]["map_at_100"]), fmt(untrained["test"]["recall_at_100"]), fmt(untrained["stsb"]),
                  f"{fmt(untrained['zero_shot_mean'], '.1f')} ({' / '.join(fmt(shots[k], '.1f') for k in ('banking77', 'emotion', 'sst2'))})",
-                 ""]]
+                 "", "", ""]]
         for name, run in block["methods"].items():
             chosen = run["chosen_on_dev"]
             shots = run["zero_shot"]
             rows.append([
                 RETRIEVAL_LABELS.get(name, f"`{name}`"),
-                f"{options_text(run['options'])} ({chosen['configs_tried']}/{chosen['configs_planned']})",
+                f"{retrieval_options_text(run['options'])} ({chosen['configs_tried']}/{chosen['configs_planned']})",
                 fmt(run["dev"]["ndcg_at_10"]), fmt(run["test"]["ndcg_at_10"], seeds=True),
                 fmt(run["test"]["map_at_100"]["mean"]), fmt(run["test"]["recall_at_100"]["mean"]), fmt(run["stsb"]["mean"]),
                 f"{fmt(run['zero_shot_mean']['mean'], '.1f')} "
                 f"({' / '.join(fmt(shots[k]['mean'], '.1f') for k in ('banking77', 'emotion', 'sst2'))})",
-                fmt(run["train_seconds"]["mean"], ".0f"),
+                fmt((run.get("rows_seconds") or {}).get("mean"), ".0f"), fmt(run["train_seconds"]["mean"], ".0f"),
+                fmt((run.get("peak_rss_mb") or {}).get("mean"), ".0f"),
             ])
         missing = block.get("missing_runs") or {}
         note = (f"\n\nRuns still missing (configurations + seeds of the plan): "
                 + ", ".join(f"`{k}` {v}" for k, v in missing.items())) if missing else ""
         blocks.append(f"*{setting}*\n\n" + table(header, rows) + note)
     return "\n\n".join(blocks) if blocks else "*Not run yet: no setting of `retrieval_quality.json` has results.*"
+
+
+def table_retrieval_queue_diagnosis(results: Results) -> str:
+    """retrieval_quality.json ``queue_diagnosis``: per queue run, what its hard negatives were over
+    the steps with a full queue (QueueNegativeProbe)."""
+    if not results.has("retrieval_quality"):
+        return "*Not run yet.*"
+    header = ["run (method/config/seed)", "configuration", "dev nDCG@10", "last loss", "steps with a full queue",
+              "hard negatives judged relevant", "plain queue negatives judged relevant", "hard: age (steps)",
+              "hard: positive − hard cosine", "distinct texts among the hard", "weight w of each hard term"]
+    rows = []
+    for setting, block in results["retrieval_quality"].items():
+        if not isinstance(block, Mapping):
+            continue
+        for key, run in (block.get("queue_diagnosis") or {}).items():
+            full = run["full"]
+            pct = lambda v: "" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+            rows.append([f"{setting}/{key}", retrieval_options_text({**run["options"], "learning_rate": run["learning_rate"]}),
+                         fmt(run["dev_ndcg_at_10"]), fmt(run["last_loss"], ".2f"), fmt(run["steps_with_full_queue"]),
+                         pct(full.get("hard_relevant")), pct(full.get("queue_relevant")), fmt(full.get("age"), ".1f"),
+                         fmt(full.get("gap"), ".3f"), fmt(full.get("distinct"), ".2f"), fmt(full.get("weight"), ".1f")])
+    return table(header, rows) if rows else "*No queue run has finished yet.*"
 
 
 def _metric(run: Mapping, split: str, metric: str) -> object:
