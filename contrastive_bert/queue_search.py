@@ -1,4 +1,6 @@
-"""Hard-negative retrieval over an embedding queue (or any key matrix) and false-negative control.
+"""Queue-time search: each anchor's hard negatives among the embedding queue's rows (or any key
+matrix), with false-negative control, every training step. Offline mining over a retrieval corpus,
+before training, is :mod:`contrastive_bert.corpus_mining` (which uses :func:`search_topk` from here).
 
 * :func:`search_topk`: the k most similar keys per query by inner product, through FAISS (exact
   ``IndexFlatIP`` by default, ``ivf`` or ``hnsw`` for large queues, the GPU index when faiss-gpu and
@@ -8,7 +10,7 @@
   anchor's or positive's own text/id, not too close to the positive (:class:`ScoreMargins`), and
   optionally not sharing the anchor's label.
 * :class:`HardnessSchedule`: curriculum from easy to hard, as a rank offset into the filtered list.
-* :func:`mine_hard_negatives`: the three combined, returning ``(batch, k)`` queue indices.
+* :func:`search_hard_negatives`: the three combined, returning ``(batch, k)`` queue indices.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ __all__ = [
     "faiss_available",
     "faiss_gpu_available",
     "false_negative_mask",
-    "mine_hard_negatives",
+    "search_hard_negatives",
     "search_topk",
     "select_top_ranked",
 ]
@@ -288,7 +290,7 @@ def select_top_ranked(scores: Tensor, keep: Tensor, k: int, offset: int = 0) -> 
     return selected
 
 
-def mine_hard_negatives(
+def search_hard_negatives(
     anchors: Tensor,
     positive_scores: Tensor,
     keys: Tensor,

@@ -1,11 +1,11 @@
 """Choose each anchor's negatives in the queue: which rows count as plain negatives, which are
 its hard negatives. Scoring them is :func:`contrastive_bert.losses.infonce_math.queue_infonce_loss`.
 
-The false-negative filters (:func:`contrastive_bert.mining.false_negative_mask`) drop the anchor's
+The false-negative filters (:func:`contrastive_bert.queue_search.false_negative_mask`) drop the anchor's
 and positive's own text, rows of the same group (label or anchor text), rows scoring above the
 margins relative to the positive, above ``max_score`` or above ``perc_pos`` x the positive score,
 and rows an outside ``keep`` mask rejects (the guide model's filter). The hard negatives are the
-filtered rows ranked ``[offset, offset + k)`` (curriculum: :class:`~contrastive_bert.mining.HardnessSchedule`).
+filtered rows ranked ``[offset, offset + k)`` (curriculum: :class:`~contrastive_bert.queue_search.HardnessSchedule`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from torch import Tensor
 
 from contrastive_bert.losses.false_negative_filters import FalseNegativeFilters
 from contrastive_bert.losses.option_checks import check_choice, check_flags, check_number, option_error
-from contrastive_bert.mining import (
+from contrastive_bert.queue_search import (
     HardnessSchedule,
     faiss_available,
     false_negative_mask,
-    mine_hard_negatives,
+    search_hard_negatives,
     select_top_ranked,
 )
 
@@ -41,9 +41,9 @@ class MiningConfig:
             the queue can supply after filtering is clamped (the rest is padding).
         use_queue_negatives: use all (filtered) queue rows as negatives, MoCo style. ``False``
             keeps only the mined hard negatives (ANCE style; then FAISS can do the search).
-        hardness_schedule: curriculum from easy to hard (a :class:`~contrastive_bert.mining.HardnessSchedule`
+        hardness_schedule: curriculum from easy to hard (a :class:`~contrastive_bert.queue_search.HardnessSchedule`
             or the mapping of its fields, as in a recipe); None = always the hardest.
-        mining_backend / mining_index / use_gpu_index: see :func:`contrastive_bert.mining.search_topk`.
+        mining_backend / mining_index / use_gpu_index: see :func:`contrastive_bert.queue_search.search_topk`.
             ``auto`` uses torch when the queue scores are computed anyway, else FAISS.
     """
 
@@ -135,7 +135,7 @@ class HardNegativeMiner:
             backend = self.mining.mining_backend
             if backend == "auto":
                 backend = "faiss" if faiss_available() else "torch"
-            hard_index = mine_hard_negatives(
+            hard_index = search_hard_negatives(
                 anchors, positive_scores, keys, k, key_ids=key_ids, anchor_ids=anchor_ids, positive_ids=positive_ids,
                 key_labels=key_groups, anchor_labels=anchor_groups, margins=margins, offset=offset, scores=scores,
                 backend=backend, index_type=self.mining.mining_index, use_gpu=self.mining.use_gpu_index,

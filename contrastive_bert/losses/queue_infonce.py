@@ -34,7 +34,7 @@ from contrastive_bert.losses.infonce_math import queue_infonce_loss
 from contrastive_bert.losses.momentum_encoder import MomentumEncoder
 from contrastive_bert.losses.option_checks import check_number
 from contrastive_bert.losses.queue_config import QueueInfoNCEConfig
-from contrastive_bert.mining import HardnessSchedule
+from contrastive_bert.queue_search import HardnessSchedule
 from contrastive_bert.models import unwrap_model
 from contrastive_bert.queue import NO_ID, EmbeddingQueue, default_queue_size, hash_token_ids
 

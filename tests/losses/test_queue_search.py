@@ -8,12 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from contrastive_bert.mining import (
+from contrastive_bert.queue_search import (
     HardnessSchedule,
     ScoreMargins,
     faiss_available,
     false_negative_mask,
-    mine_hard_negatives,
+    search_hard_negatives,
     search_topk,
 )
 from contrastive_bert.queue import NO_ID
@@ -89,7 +89,7 @@ def test_mined_negatives_exclude_paraphrases_of_the_positive(backend):
     keys[:8] = positives  # the queue holds the positives themselves
     key_ids = torch.arange(200)
     pos_scores = (queries * positives).sum(1)
-    idx = mine_hard_negatives(
+    idx = search_hard_negatives(
         queries, pos_scores, keys, 5, key_ids=key_ids, positive_ids=torch.arange(8), margins=ScoreMargins(relative_margin=0.05),
         backend=backend,
     )
@@ -98,7 +98,7 @@ def test_mined_negatives_exclude_paraphrases_of_the_positive(backend):
         assert row not in idx[row].tolist()  # own positive never a negative
         assert (keys[idx[row]] @ queries[row] <= pos_scores[row] * 0.95 + 1e-6).all()
     # exact search and torch give the same hard negatives
-    ref = mine_hard_negatives(
+    ref = search_hard_negatives(
         queries, pos_scores, keys, 5, key_ids=key_ids, positive_ids=torch.arange(8), margins=ScoreMargins(relative_margin=0.05),
         scores=queries @ keys.T,
     )
@@ -107,7 +107,7 @@ def test_mined_negatives_exclude_paraphrases_of_the_positive(backend):
 
 def test_clamping_when_too_few_candidates_survive():
     queries, keys = _data(q=3, n=4)
-    idx = mine_hard_negatives(queries, torch.ones(3), keys, 6)
+    idx = search_hard_negatives(queries, torch.ones(3), keys, 6)
     assert idx.shape == (3, 6)
     assert (idx[:, 4:] == -1).all() and (idx[:, :4] >= 0).all()
 
@@ -119,8 +119,8 @@ def test_hardness_schedule_moves_from_easy_to_hard():
     assert schedule.offset(10, 5) == 0 and schedule.offset(99, 5) == 0
     queries, keys = _data(q=4, n=100)
     scores = queries @ keys.T
-    hard = mine_hard_negatives(queries, torch.ones(4), keys, 5, scores=scores, offset=0)
-    easy = mine_hard_negatives(queries, torch.ones(4), keys, 5, scores=scores, offset=15)
+    hard = search_hard_negatives(queries, torch.ones(4), keys, 5, scores=scores, offset=0)
+    easy = search_hard_negatives(queries, torch.ones(4), keys, 5, scores=scores, offset=15)
     assert torch.equal(hard, torch.topk(scores, 5).indices)
     assert torch.equal(easy, torch.topk(scores, 20).indices[:, 15:])
     assert (scores.gather(1, easy).max(1).values <= scores.gather(1, hard).min(1).values).all()
