@@ -72,8 +72,30 @@ EPOCHS = 3
 BATCH_SIZE = 32
 CACHED_BATCH_SIZE = 128
 MAX_SEQ_LENGTH = 256
-MAX_POSITIVES_PER_QUERY = 4
-SETTINGS = ("scifact", "nfcorpus")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How a setting trains: its data set, epochs and positives per query. A setting that
+    ``follows`` another runs no grid of its own: it trains the other's decisive choices (see
+    :func:`follower_runs`) at their dev-chosen configurations, every seed."""
+
+    data: str
+    epochs: int = EPOCHS
+    max_positives: int = 4
+    follows: str | None = None
+    note: str = ""
+
+
+PROTOCOLS = {
+    "scifact": Protocol("scifact", note="the grid: every method, its configurations on dev, seeds for the decisive rows"),
+    "nfcorpus": Protocol("nfcorpus", note="the full protocol (the GPU bundle's block)"),
+    "nfcorpus_cpu": Protocol("nfcorpus", epochs=1, max_positives=1, follows="scifact",
+                             note="the CPU protocol: one positive per query (the most relevant), one epoch; MNRL, the best "
+                                  "sentence-transformers method and the best two of ours on SciFact's dev, at SciFact's "
+                                  "dev-chosen configurations, 3 seeds"),
+}
+SETTINGS = tuple(PROTOCOLS)
 LR = (2e-5, 5e-5)
 NOTHING_LEFT = 10  # exit status when every planned run is done (ends a --max-runs loop)
 
@@ -116,8 +138,7 @@ def _configs(own: dict[str, Any], extra: dict[str, Any] | None = None) -> tuple[
 
 
 QUEUE = {"temperature": 0.05, "queue_size": 1024, "num_hard_negatives": 8}
-CORPUS_MINER = {"range_max": 100, "perc_pos": 0.95, "sampling": "top", "max_positives_per_query": MAX_POSITIVES_PER_QUERY,
-                "batch_size": 64}
+CORPUS_MINER = {"range_max": 100, "perc_pos": 0.95, "sampling": "top", "batch_size": 64}
 ST_RANGE = {"range_max": 100, "relative_margin": 0.05, "sampling_strategy": "top"}
 ST_DOCUMENTED = {"range_min": 10, "range_max": 50, "max_score": 0.8, "relative_margin": 0.05, "sampling_strategy": "random"}
 METHODS: dict[str, Method] = {
@@ -159,9 +180,10 @@ class Context:
     rows: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     def retrieval(self, setting: str) -> RetrievalData:
-        if setting not in self.data:
-            self.data[setting] = RetrievalData.from_splits(load_dataset(setting, data_dir=self.args.data_dir))
-        return self.data[setting]
+        name = PROTOCOLS[setting].data
+        if name not in self.data:
+            self.data[name] = RetrievalData.from_splits(load_dataset(name, data_dir=self.args.data_dir))
+        return self.data[name]
 
     def train_rows(self, setting: str, kind: str, miner: dict[str, Any] | None = None):
         """The training rows (the same for every seed; the trainer shuffles them by its seed) and
@@ -170,15 +192,16 @@ class Context:
         if key not in self.rows:
             start = time.perf_counter()
             data = self.retrieval(setting)
+            positives = PROTOCOLS[setting].max_positives
             if kind == "pairs":
-                rows = retrieval_pairs(data, "train", MAX_POSITIVES_PER_QUERY)
+                rows = retrieval_pairs(data, "train", positives)
             elif kind == "st_mined":
-                rows = _st_mined(data, self.args.device, miner or {})
+                rows = _st_mined(data, self.args.device, miner or {}, positives)
             elif kind == "corpus_mined":
                 from contrastive_bert.corpus_mining import mine_corpus_negatives
 
                 model = _base_model(self.args.device)
-                rows = mine_corpus_negatives(model, data, "train", num_negatives=1, **CORPUS_MINER)
+                rows = mine_corpus_negatives(model, data, "train", num_negatives=1, max_positives_per_query=positives, **CORPUS_MINER)
             else:
                 raise ValueError(f"rows: unknown training rows {kind!r}")
             self.rows[key] = (rows, time.perf_counter() - start)
@@ -193,14 +216,14 @@ def _base_model(device: str):
     return model
 
 
-def _st_mined(data: RetrievalData, device: str, miner: dict[str, Any]):
+def _st_mined(data: RetrievalData, device: str, miner: dict[str, Any], max_positives: int):
     """sentence-transformers' ``mine_hard_negatives`` with ``miner``'s settings (candidate range,
     margins, sampling), one negative per pair, over the whole corpus."""
     from sentence_transformers.util import mine_hard_negatives
 
     from contrastive_bert.queue_search import faiss_available
 
-    pairs = retrieval_pairs(data, "train", MAX_POSITIVES_PER_QUERY)
+    pairs = retrieval_pairs(data, "train", max_positives)
     return mine_hard_negatives(pairs, _base_model(device), anchor_column_name="anchor", positive_column_name="positive",
                                corpus=list(data.corpus.values()), num_negatives=1, batch_size=64, use_faiss=faiss_available(),
                                output_format="triplet", verbose=False, **miner)
@@ -251,7 +274,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     torch.manual_seed(seed)
     model = _base_model(args.device)
     recipe = TrainingRecipe(
-        datasets=[setting], loss=method.loss, loss_options=dict(config), epochs=EPOCHS,
+        datasets=[PROTOCOLS[setting].data], loss=method.loss, loss_options=dict(config), epochs=PROTOCOLS[setting].epochs,
         max_steps=DRY_RUN_STEPS if args.dry_run else -1, batch_size=method.batch_size, learning_rate=learning_rate,
         max_seq_length=model.max_seq_length, seed=seed, save_steps=10**6, eval_steps=10**6, logging_steps=10,
         data_dir=args.data_dir, dev_task=None, eval_tasks=[],
@@ -261,7 +284,8 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     probe = QueueNegativeProbe(loss, relevance_by_text_id(model, ctx.retrieval(setting))) if hasattr(loss, "miner") else None
     refresh = None
     if method.refresh:  # the same mining rule as the rows' first mining, with the model being trained
-        refresh = CorpusNegativeRefresh(model, ctx.retrieval(setting), rows, **CORPUS_MINER)
+        refresh = CorpusNegativeRefresh(model, ctx.retrieval(setting), rows, max_positives_per_query=PROTOCOLS[setting].max_positives,
+                                        **CORPUS_MINER)
         rows = refresh.rows
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as output_dir:
@@ -324,6 +348,7 @@ def summarize(records: list[dict], seeds: list[int]) -> dict:
         if untrained is None:
             continue
         methods = {}
+        protocol = PROTOCOLS[setting]
         for name, method in METHODS.items():
             runs = [r for r in mine if r["method"] == name]
             tuning = {r["config"]: r for r in runs if r["seed"] == seeds[0]}
@@ -339,7 +364,7 @@ def summarize(records: list[dict], seeds: list[int]) -> dict:
                 "dev": tuning[chosen]["dev"],
                 "test": {m: _mean_std_of(finished, "test", m) for m in ("ndcg_at_10", "map_at_100", "mrr_at_10", "recall_at_100")},
                 "seeds": [r["seed"] for r in finished],
-                "steps": finished[0]["steps"], "epochs": EPOCHS, "batch_size": method.batch_size,
+                "steps": finished[0]["steps"], "epochs": protocol.epochs, "batch_size": method.batch_size,
                 "train_rows": finished[0]["train_rows"],
                 "train_seconds": _mean_std_of(finished, "train_seconds"),
                 # mining (or pair building) before training, and the process's peak memory: runs logged
@@ -350,9 +375,13 @@ def summarize(records: list[dict], seeds: list[int]) -> dict:
                 "zero_shot": {s: _mean_std_of(finished, "general", "zero_shot", s) for s in ("banking77", "emotion", "sst2")},
                 "zero_shot_mean": _mean_std_of(finished, "general", "zero_shot_mean"),
             }
-        log = _InMemoryLog(mine)
-        decisive = decisive_methods(setting, list(METHODS), seeds[0], log)
-        planned = {name: len(m.configs) + (len(seeds) - 1 if name in decisive else 0) for name, m in METHODS.items()}
+        log = _InMemoryLog([r for r in records if not r.get("dry_run")])
+        if protocol.follows:
+            decisive = [name for name, _ in follower_runs(setting, seeds, log)]
+            planned = {name: len(seeds) for name in decisive}
+        else:
+            decisive = decisive_methods(setting, list(METHODS), seeds[0], log)
+            planned = {name: len(m.configs) + (len(seeds) - 1 if name in decisive else 0) for name, m in METHODS.items()}
         done = {name: sum(1 for r in mine if r["method"] == name) for name in METHODS}
         diagnosis = {f"{r['method']}/{r['config']}/{r['seed']}": {
             "options": r["options"], "learning_rate": r["learning_rate"], "dev_ndcg_at_10": r["dev"]["ndcg_at_10"],
@@ -363,7 +392,9 @@ def summarize(records: list[dict], seeds: list[int]) -> dict:
             "untrained": {"dev": untrained["dev"], "test": untrained["test"], **untrained["general"]},
             "methods": methods,
             "decisive": decisive,
-            "missing_runs": {name: planned[name] - done[name] for name in METHODS if done[name] < planned[name]},
+            "protocol": {"data": protocol.data, "epochs": protocol.epochs, "max_positives_per_query": protocol.max_positives,
+                         "follows": protocol.follows, "note": protocol.note},
+            "missing_runs": {name: planned[name] - done[name] for name in planned if done[name] < planned[name]},
         }
     return out
 
@@ -426,12 +457,31 @@ def decisive_methods(setting: str, methods: list[str], seed: int, records: RunLo
     return picked
 
 
+def follower_runs(setting: str, seeds: list[int], records: RunLog) -> list[tuple[str, int]]:
+    """``(method, config)`` a following setting trains, once its source's seed-0 grid is complete:
+    MNRL, the source's best sentence-transformers method and its best two of ours, each at the
+    source's dev-chosen configuration (all chosen on the source's dev split)."""
+    source = PROTOCOLS[setting].follows
+    choices = {name: _dev_choice(source, name, seeds[0], records) for name in METHODS}
+    if any(choice is None for choice in choices.values()):
+        return []
+    ranked = sorted(METHODS, key=lambda name: -choices[name][1])
+    best_baseline = next(name for name in ranked if METHODS[name].baseline)
+    ours = [name for name in ranked if not METHODS[name].baseline][:2]
+    return [(name, choices[name][0]) for name in dict.fromkeys(["mnrl", best_baseline, *ours])]
+
+
 def plan(settings: list[str], methods: list[str], seeds: list[int], records: RunLog) -> list[tuple[str, str, int, int]]:
     """Runs in the order that answers the most first: per setting, every method's first
     configuration at the tuning seed, then the other configurations, then the other seeds of the
-    dev-chosen configuration of the decisive methods (:func:`decisive_methods`; re-planned after each run)."""
+    dev-chosen configuration of the decisive methods (:func:`decisive_methods`; re-planned after each run).
+    A following setting (:attr:`Protocol.follows`) runs :func:`follower_runs`, seed by seed."""
     order = []
     for setting in settings:
+        if PROTOCOLS[setting].follows:
+            runs = [(m, c) for m, c in follower_runs(setting, seeds, records) if m in methods]
+            order += [(setting, m, c, s) for s in seeds for m, c in runs]
+            continue
         for config in range(max(len(METHODS[m].configs) for m in methods)):
             order += [(setting, m, config, seeds[0]) for m in methods if config < len(METHODS[m].configs)]
         for m in decisive_methods(setting, methods, seeds[0], records):
@@ -446,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
                          seeds=[0, 1, 2], methods=list(METHODS))
     parser.add_argument("--max-runs", type=int, default=None,
                         help="stop after this many trained runs (a shell loop of --max-runs 1 picks up code changes between runs)")
-    parser.add_argument("--settings", default="scifact", help=f"comma-separated settings among {', '.join(SETTINGS)} (default: scifact)")
+    parser.add_argument("--settings", default="scifact,nfcorpus_cpu",
+                        help=f"comma-separated settings among {', '.join(SETTINGS)} (default: scifact,nfcorpus_cpu)")
     args = parser.parse_args(argv)
     budget = setup_from_args(args)
     settings = [s for s in args.settings.split(",") if s]
@@ -459,8 +510,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def write_summary() -> None:
         summary = summarize(log.records(), args.seeds)
-        write_results(output, {"protocol": {"epochs": EPOCHS, "batch_size": BATCH_SIZE, "cached_batch_size": CACHED_BATCH_SIZE,
-                                            "max_seq_length": MAX_SEQ_LENGTH, "max_positives_per_query": MAX_POSITIVES_PER_QUERY,
+        write_results(output, {"protocol": {"epochs": "per setting (its protocol block)", "batch_size": BATCH_SIZE,
+                                            "cached_batch_size": CACHED_BATCH_SIZE, "max_seq_length": MAX_SEQ_LENGTH,
+                                            "max_positives_per_query": "per setting (its protocol block)",
                                             "learning_rates": list(LR), "seeds": args.seeds,
                                             "dev": "scifact: 10% of the train queries (the package's dev-split rule); nfcorpus: its dev split",
                                             "tuning": "learning rates 2e-5 and 5e-5 (ST's miner: also its documented example; the queue rows: the seed's "
