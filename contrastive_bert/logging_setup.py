@@ -39,5 +39,6 @@ def configure_logging(verbosity: int) -> None:
     if level >= logging.ERROR:  # --quiet: no progress bars either (read when those libraries import)
         for variable in ("TQDM_DISABLE", "HF_DATASETS_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS"):
             os.environ.setdefault(variable, "1")
-    for name in ("transformers", "sentence_transformers", "datasets", "mteb", "urllib3", "filelock", "httpx"):
+    # faiss logs which CPU-instruction builds it tried to load, at INFO, on every import
+    for name in ("transformers", "sentence_transformers", "datasets", "mteb", "urllib3", "filelock", "httpx", "faiss"):
         logging.getLogger(name).setLevel(level if level == logging.DEBUG else max(level, logging.WARNING))

@@ -82,6 +82,85 @@ def check_model_name(name_or_path: str) -> str:
     return resolved
 
 
+HUB_PROBE_SECONDS = 3.0
+
+
+def hub_offline() -> bool:
+    """Whether the Hugging Face hub is off limits: ``HF_HUB_OFFLINE`` set (read now, not at import),
+    or its endpoint refuses a TCP connection within :data:`HUB_PROBE_SECONDS` (so that an offline
+    machine gets one line at once, not 75 s of download retries)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    endpoint = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((endpoint.hostname, endpoint.port or (443 if endpoint.scheme == "https" else 80)),
+                                 timeout=HUB_PROBE_SECONDS).close()
+    except OSError:
+        return True
+    return False
+
+
+def _cached_on_this_machine(repo_id: str) -> bool:
+    """Whether the hub model ``repo_id`` was downloaded before (its ``modules.json`` or ``config.json`` is cached)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in ("modules.json", "config.json"))
+    except ValueError:  # not a valid repo id
+        return False
+
+
+def _hub_message(name: str, why: str) -> str:
+    return (f"model: {name!r} is not a local folder here, {why}; use --model default (the bundled "
+            "all-MiniLM-L6-v2), a local model folder, or a network connection to the hub")
+
+
+def _load_from_hub(name: str, resolved: str, device: str | None, kwargs: dict):
+    """A hub model: from the local cache when the hub is off limits (one ``ValueError`` naming the
+    ways out when it is not cached), else downloaded, a failure again one ``ValueError``."""
+    from sentence_transformers import SentenceTransformer
+
+    if hub_offline():
+        if not _cached_on_this_machine(resolved):
+            raise ValueError(_hub_message(name, "the Hugging Face hub cannot be reached (offline) and no copy of it is cached on this machine"))
+        kwargs.setdefault("local_files_only", True)
+    try:
+        return SentenceTransformer(resolved, device=device, **kwargs)
+    except OSError as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(_hub_message(name, f"and loading it from the hub failed ({first})")) from None
+
+
+def check_device(device: str | None) -> str | None:
+    """A ``--device`` value this machine has, checked before anything loads: ``cuda`` without a
+    CUDA device (or ``cuda:3`` with fewer GPUs, ``mps`` without Apple's GPU) is a ``ValueError``
+    naming what there is. None (the best available) passes."""
+    if device is None:
+        return None
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device: {device!r} is not a torch device; expected cpu, cuda, cuda:N or mps") from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            build = "a CPU-only torch build" if torch.version.cuda is None else f"torch built for CUDA {torch.version.cuda}, no GPU visible"
+            raise ValueError(f"device: {device!r} asked for, but this machine has no CUDA device ({build}); "
+                             "use --device cpu or leave --device out")
+        if parsed.index is not None and parsed.index >= count:
+            raise ValueError(f"device: {device!r} asked for, but this machine has {count} CUDA device(s) (cuda:0..cuda:{count - 1})")
+    if parsed.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError(f"device: {device!r} asked for, but this machine has no MPS device; use --device cpu or leave --device out")
+    return device
+
+
 def _own_module_classes(path: Path) -> dict[str, type]:
     """Module classes of this package named in a saved model's ``modules.json`` (label heads,
     exit heads). sentence-transformers refuses non-ST module types without
@@ -97,14 +176,15 @@ def _own_module_classes(path: Path) -> dict[str, type]:
 
 def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, **kwargs):
     """Load a ``SentenceTransformer``. Local folders load with ``local_files_only`` so that
-    loading never touches the network (hub ids download as usual for online users), and models
-    saved with this package's heads load without ``trust_remote_code``."""
+    loading never touches the network (hub ids download as usual for online users; offline, from
+    the cache or one ``ValueError`` at once), and models saved with this package's heads load
+    without ``trust_remote_code``."""
     from sentence_transformers import SentenceTransformer
 
     resolved = check_model_name(name_or_path)
     path = Path(resolved).expanduser()
     if not path.exists():
-        return SentenceTransformer(resolved, device=device, **kwargs)
+        return _load_from_hub(name_or_path, resolved, device, kwargs)
     kwargs.setdefault("local_files_only", True)
     half_precision = (path / HALF_PRECISION_MARKER).is_file()
     if half_precision:  # read the fp16 weights straight into fp32 modules

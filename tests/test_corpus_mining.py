@@ -85,3 +85,22 @@ def test_perc_pos_drops_near_positives(tiny_model, data):
 def test_bad_arguments(tiny_model, data, kwargs, message):
     with pytest.raises(ValueError, match=message):
         mine_corpus_negatives(tiny_model, data, **kwargs)
+
+
+def test_the_report_says_how_many_pairs_were_dropped_and_why(tiny_model, data):
+    """A pair whose candidates all score above perc_pos x its positive is a near-positive drop (as
+    a brute-force count finds); a query with fewer unjudged documents than negatives asked for is
+    a small-corpus drop."""
+    from contrastive_bert.corpus_mining import MiningReport
+
+    mined, report = mine_corpus_negatives(tiny_model, data, num_negatives=4, range_max=20, perc_pos=0.98, backend="torch",
+                                          return_report=True)
+    pairs = data.positive_pairs("train", 4, 0)
+    near = sum(len(_brute_force(tiny_model, data, q, p, 10**6, 0.98, 20)) < 4 for q, p, _ in pairs)
+    assert report == MiningReport(pairs=len(pairs), kept=len(mined), dropped_near_positive=near, dropped_small_corpus=0)
+    assert report.kept + near == len(pairs) and 0 < near < len(pairs)
+    small = RetrievalData(corpus={"d0": "a cell", "d1": "a gene", "d2": "a virus"}, queries={"q0": "cells", "q1": "genes"},
+                          qrels={"train": {"q0": {"d0": 1}, "q1": {"d1": 1, "d2": 1}}})
+    _, report = mine_corpus_negatives(tiny_model, small, num_negatives=2, range_max=2, perc_pos=None, backend="torch",
+                                      return_report=True)
+    assert report == MiningReport(pairs=3, kept=1, dropped_near_positive=0, dropped_small_corpus=2)

@@ -60,9 +60,31 @@ def test_default_loads_offline(recording):
     assert recording == [(str(bundled_model_path()), "cpu", {"local_files_only": True})]
 
 
-def test_hub_id_is_not_forced_offline(recording):
+def test_hub_id_is_not_forced_offline(recording, monkeypatch):
+    import contrastive_bert.models
+
+    monkeypatch.setattr(contrastive_bert.models, "hub_offline", lambda: False)  # online
     load_model("someone/some-model")
     assert recording == [("someone/some-model", None, {})]
+
+
+def test_offline_a_cached_hub_model_loads_from_the_cache(recording, monkeypatch):
+    import contrastive_bert.models
+
+    monkeypatch.setattr(contrastive_bert.models, "hub_offline", lambda: True)
+    monkeypatch.setattr(contrastive_bert.models, "_cached_on_this_machine", lambda repo_id: repo_id == "someone/cached")
+    load_model("someone/cached")
+    assert recording == [("someone/cached", None, {"local_files_only": True})]
+    with pytest.raises(ValueError, match="'someone/other' is not a local folder here, the Hugging Face hub cannot be reached"):
+        load_model("someone/other")
+    assert len(recording) == 1
+
+
+def test_hub_offline_reads_the_environment_now(monkeypatch):
+    from contrastive_bert.models import hub_offline
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert hub_offline()
 
 
 def test_local_folder_round_trip(tiny_model, tmp_path):

@@ -57,7 +57,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="STS-style data: keep pairs scoring >= this (default: 0.8)")
     parser.add_argument("--corpus", default=None, metavar="FILE", help="text file, one candidate per line (default: the positives)")
     add_max_samples_argument(parser, "mine for the first N pairs only")
-    parser.add_argument("--num-negatives", type=int, default=3, metavar="N", help="negatives per pair (default: 3)")
+    parser.add_argument("--num-negatives", type=int, default=3, metavar="N", help="negatives per pair, on every data set: N rows of one negative each (--output-format triplet) "
+                             "or N negative columns (n-tuple) (default: 3)")
     parser.add_argument("--range-min", type=int, default=0, metavar="N", help="skip the N most similar candidates (default: 0)")
     parser.add_argument("--range-max", type=int, default=None, metavar="N", help="consider only the N most similar candidates")
     parser.add_argument("--absolute-margin", type=float, default=None, metavar="X",
@@ -123,10 +124,48 @@ def _is_retrieval(args: argparse.Namespace) -> bool:
     return resolve_dataset_argument(args.dataset).task_type == "retrieval"
 
 
+def _as_triplets(mined, num_negatives: int):
+    """n-tuple rows (anchor, positive, negative_1..negative_n) as triplets, one row per negative (the
+    layout sentence-transformers' ``mine_hard_negatives`` writes): a pair's rows are consecutive."""
+    import datasets
+
+    columns = [f"negative_{i + 1}" for i in range(num_negatives)]
+    rows = {"anchor": [], "positive": [], "negative": []}
+    for row in mined:
+        for column in columns:
+            rows["anchor"].append(row["anchor"])
+            rows["positive"].append(row["positive"])
+            rows["negative"].append(row[column])
+    return datasets.Dataset.from_dict(rows)
+
+
+def _mining_summary(report, args: argparse.Namespace, kept_pairs: int) -> str:
+    """One line: how many (query, document) pairs were kept and how many dropped, and why."""
+    line = f"{report.kept} of {report.pairs} (query, relevant document) pairs kept {args.num_negatives} negative(s) each"
+    reasons = []
+    if report.dropped_near_positive:
+        threshold = f"{(1 - args.relative_margin) * 100:g}% of the positive's score" if args.relative_margin else "the positive's score"
+        reasons.append(f"{report.dropped_near_positive} dropped: among their {args.range_max or 100} most similar unjudged "
+                       f"documents fewer than {args.num_negatives} score at most {threshold} (--relative-margin "
+                       f"{args.relative_margin:g} drops near-positives, likely unjudged relevant documents; lower it or "
+                       f"raise --range-max to keep more)")
+    if report.dropped_small_corpus:
+        reasons.append(f"{report.dropped_small_corpus} dropped: the corpus holds fewer than {args.num_negatives} "
+                       f"unjudged documents for their query within --range-max")
+    if kept_pairs < report.kept:
+        reasons.append(f"the first {kept_pairs} kept pairs written (--max-samples {args.max_samples})")
+    return "; ".join([line, *reasons])
+
+
 def _mine_retrieval(args: argparse.Namespace, output: Path) -> int:
     """A retrieval data set (scifact, nfcorpus, a BEIR folder): its train queries against its whole
     corpus, every judged-relevant document of the query excluded, TopK-PercPos from
-    ``--relative-margin`` (:func:`contrastive_bert.corpus_mining.mine_corpus_negatives`)."""
+    ``--relative-margin`` (:func:`contrastive_bert.corpus_mining.mine_corpus_negatives`). Progress
+    bars for encoding and search; at the end, how many pairs were kept and dropped and why.
+    ``--num-negatives N`` means what it means on a pair data set: N rows per pair in the triplet
+    format (one negative each), N negative columns in the n-tuple format."""
+    import logging
+
     from contrastive_bert.corpus_mining import mine_corpus_negatives
     from contrastive_bert.data import load_dataset
     from contrastive_bert.data.beir import RetrievalData
@@ -141,18 +180,21 @@ def _mine_retrieval(args: argparse.Namespace, output: Path) -> int:
                          "use --range-max, --relative-margin, --num-negatives, --sampling-strategy")
     data = RetrievalData.from_splits(load_dataset(args.dataset, data_dir=args.data_dir))
     model = load_model(args.model, device=args.device)
-    mined = mine_corpus_negatives(
+    mined, report = mine_corpus_negatives(
         model, data, args.split, num_negatives=args.num_negatives, range_max=args.range_max or 100,
         perc_pos=None if args.relative_margin is None else 1.0 - args.relative_margin,
         sampling=args.sampling_strategy, batch_size=args.batch_size, backend="torch" if args.no_faiss else "auto",
+        show_progress_bar=logging.getLogger(__name__).isEnabledFor(logging.INFO), return_report=True,
     )
-    if args.num_negatives == 1 or args.output_format == "triplet":
-        mined = mined.select_columns(["anchor", "positive", "negative_1"]).rename_column("negative_1", "negative")
-    if args.max_samples is not None:
+    if args.max_samples is not None:  # pairs, as on a pair data set
         mined = mined.select(range(min(args.max_samples, len(mined))))
+    kept_pairs = len(mined)
+    if args.output_format == "triplet":
+        mined = _as_triplets(mined, args.num_negatives)
     _write(mined, output)
     print(f"mined {len(mined)} rows ({', '.join(mined.column_names)}) from the {args.split} judgements of {args.dataset} "
           f"against its {len(data.corpus)} documents, judged-relevant documents excluded -> {output}")
+    print(_mining_summary(report, args, kept_pairs))
     return 0
 
 
@@ -161,10 +203,11 @@ def run_mine(args: argparse.Namespace) -> int:
     from sentence_transformers.util import mine_hard_negatives
 
     from contrastive_bert.queue_search import faiss_available
-    from contrastive_bert.models import check_model_name, load_model
+    from contrastive_bert.models import check_device, check_model_name, load_model
 
     output = _check_args(args)
     check_model_name(args.model)
+    check_device(args.device)
     if _is_retrieval(args):
         return _mine_retrieval(args, output)
     pairs = _load_pairs(args)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -123,6 +124,14 @@ def select_schema(table: Mapping[str, list], task_type: str, columns: Mapping[st
             f"map them, e.g. columns={{'<your column>': '{missing[0]}'}}"
         )
     data = {c: list(renamed[c]) for c in needed}
+    for column in needed:
+        if column in ("score", "label"):
+            continue
+        for row, value in enumerate(data[column]):
+            if not isinstance(value, str):
+                raise ValueError(f"{column}: row {row} of {source} is {value!r}, expected text (a string)")
+    if task_type == "classification":
+        data["label"] = [_class_label(value, row, source) for row, value in enumerate(data["label"])]
     if task_type == "pair-score":
         for row, value in enumerate(data["score"]):
             try:
@@ -130,6 +139,26 @@ def select_schema(table: Mapping[str, list], task_type: str, columns: Mapping[st
             except (TypeError, ValueError):
                 raise ValueError(f"score: row {row} of {source} is not a number: {value!r}") from None
     return data
+
+
+def _class_label(value: object, row: int, source: object) -> int | str:
+    """One classification label: a class name (text) or an integer class id (``3.0`` read as 3);
+    a list, a fraction (0.5: a score, not a class) or anything else is one ``ValueError`` naming
+    the column, the row, the file and the expected type."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value).is_integer():
+        return int(value)
+    if hasattr(value, "__iter__"):
+        shown = f"a list ({list(value)!r})"
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        shown = f"{value!r}, a fraction (graded pairs put a score in [0, 1] in a 'score' column)"
+    else:
+        shown = repr(value)
+    raise ValueError(f"label: row {row} of {source} is {shown}; the label column holds one class per row: "
+                     "an integer id or a name (text)")
 
 
 def infer_label_names(labels: Sequence) -> list[str]:

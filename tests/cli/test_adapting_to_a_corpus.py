@@ -143,3 +143,47 @@ def test_a_retrieval_set_is_loaded_once_per_run(tmp_path, tiny_loader, monkeypat
     assert main(["train", "--datasets", str(folder), *TINY_STEP, "--max-steps", "3", "--eval-steps", "1",
                  "--output-dir", str(tmp_path / "run")]) == 0
     assert reads == [str(folder)] and len(built) == 1
+
+
+# --------------------------------------------------------------------------- mine: one meaning of --num-negatives, a run to watch
+
+@pytest.mark.parametrize("dataset", ["beir_folder", "stsb"])
+def test_num_negatives_means_the_same_on_every_data_set(dataset, tmp_path, shared_data, tiny_loader, capsys):
+    """``--num-negatives 2``: two rows of one negative per pair in the triplet format (as
+    sentence-transformers' miner writes on a pair set), two negative columns in n-tuple."""
+    from collections import Counter
+
+    name = str(_beir_folder(tmp_path / "my_corpus")) if dataset == "beir_folder" else "stsb"
+    base = ["mine", "--dataset", name, "--data-dir", str(shared_data), "--model", "tiny", "--num-negatives", "2",
+            "--relative-margin", "0", "--max-samples", "12"]
+    triplets, tuples = tmp_path / "triplets.jsonl", tmp_path / "tuples.jsonl"
+    assert main([*base, "--output", str(triplets)]) == 0
+    rows = [json.loads(line) for line in triplets.read_text().splitlines()]
+    assert rows and set(rows[0]) == {"anchor", "positive", "negative"}
+    per_pair = Counter((row["anchor"], row["positive"]) for row in rows)
+    assert max(per_pair.values()) == 2  # a retrieval set: every kept pair; a pair set: those with 2 candidates left
+    if dataset == "beir_folder":
+        assert set(per_pair.values()) == {2}
+        assert all(len({r["negative"] for r in rows if (r["anchor"], r["positive"]) == pair}) == 2 for pair in per_pair)
+    assert main([*base, "--output", str(tuples), "--output-format", "n-tuple"]) == 0
+    rows = [json.loads(line) for line in tuples.read_text().splitlines()]
+    assert rows and set(rows[0]) == {"anchor", "positive", "negative_1", "negative_2"}
+
+
+def test_mining_a_corpus_shows_progress_and_what_was_dropped(tmp_path, tiny_loader, capsys):
+    folder = _beir_folder(tmp_path / "my_corpus")
+    # q0 judged relevant to six of the eight documents (five in test): two unjudged left, fewer than 3 negatives
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq7\td7\t1\n" + "".join(f"q0\td{i}\t1\n" for i in range(1, 6)))
+    mined = tmp_path / "mined.jsonl"
+    assert main(["mine", "--dataset", str(folder), "--model", "tiny", "--num-negatives", "3", "--relative-margin", "0",
+                 "--output", str(mined)]) == 0
+    out, err = capsys.readouterr()
+    assert "mine: encoding the 8 documents of the corpus" in err and "mine: encoding the 6 train queries" in err
+    assert "Searching 8 documents" in err  # the search's progress bar
+    kept = len(mined.read_text().splitlines()) // 3  # triplets: three rows per kept pair
+    summary = out.splitlines()[-1]
+    assert summary.startswith(f"{kept} of 6 (query, relevant document) pairs kept 3 negative(s) each")
+    assert "1 dropped: the corpus holds fewer than 3 unjudged documents for their query within --range-max" in summary
+    if kept < 5:  # the rest: candidates above the positive's score (random tiny model)
+        assert (f"{5 - kept} dropped: among their 100 most similar unjudged documents fewer than 3 score at most the "
+                "positive's score (--relative-margin 0 drops near-positives") in summary
