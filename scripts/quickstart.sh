@@ -6,5 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export CONTRASTIVE_BERT_DATA=${CONTRASTIVE_BERT_DATA:-$(cd .. && pwd)/shared/data}
-exec .venv/bin/contrastive-bert train --recipe scripts/recipes/quickstart.yaml \
+.venv/bin/contrastive-bert train --recipe scripts/recipes/quickstart.yaml \
   --output-dir "output/quickstart-$(date +%Y%m%d-%H%M%S)" "$@"
+echo "quickstart: ${SECONDS} s wall time (set-up included)" >&2

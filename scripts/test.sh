@@ -6,4 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export CONTRASTIVE_BERT_DATA=${CONTRASTIVE_BERT_DATA:-$(cd .. && pwd)/shared/data}
 if [ "$#" -eq 0 ]; then set -- -m "not slow"; fi
-exec .venv/bin/python -m pytest -q "$@"
+status=0
+.venv/bin/python -m pytest -q "$@" || status=$?
+echo "test suite: ${SECONDS} s wall time (set-up included)" >&2
+exit "$status"
