@@ -40,7 +40,9 @@ class MiningConfig:
         num_hard_negatives: k hard negatives mined from the queue per anchor (0 = none). More than
             the queue can supply after filtering is clamped (the rest is padding).
         use_queue_negatives: use all (filtered) queue rows as negatives, MoCo style. ``False``
-            keeps only the mined hard negatives (ANCE style; then FAISS can do the search).
+            keeps only the hard negatives mined from the queue, the past batches' documents (not
+            ANCE, which refreshes negatives from the whole corpus with the model being trained;
+            then FAISS can do the search).
         hardness_schedule: curriculum from easy to hard (a :class:`~contrastive_bert.queue_search.HardnessSchedule`
             or the mapping of its fields, as in a recipe); None = always the hardest.
         mining_backend / mining_index / use_gpu_index: see :func:`contrastive_bert.queue_search.search_topk`.

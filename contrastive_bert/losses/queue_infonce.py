@@ -150,7 +150,9 @@ class QueueInfoNCELoss(nn.Module):
           rows of scored pairs, next to CoSENT/AnglE.
         - With ``guide_model`` its negatives are vetoed by GISTEmbedLoss's rule
           (:class:`sentence_transformers.losses.GISTEmbedLoss`), over the queue as well as the batch.
-        - MoCo (``momentum``) and ANCE (``use_queue_negatives=False``: hard negatives only).
+        - MoCo (``momentum``); ``use_queue_negatives=False`` keeps only the hard negatives mined
+          from the queue of past batches' documents (not ANCE, which refreshes negatives from the
+          whole corpus with the model being trained).
     """
 
     def __init__(
