@@ -7,8 +7,8 @@ this class adds (1) embedding all mini-batches without a graph, (2) the loss ove
 in chunks of ``mini_batch_size`` anchors, back-propagating each chunk to the embeddings (the
 gradient cache), (3) re-embedding each mini-batch with a graph and pushing the cached gradients
 through. Loss and gradients equal the uncached loss (dropout is replayed by RandContext). The
-step around it (ids, guide, momentum update, enqueue) is :meth:`QueueInfoNCELoss.step`, shared
-with the plain loss.
+step around it is the plain loss's: :meth:`QueueInfoNCELoss.start_step` (ids, guide, momentum
+update) before, :meth:`QueueInfoNCELoss.end_step` (enqueue) after.
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ class CachedQueueInfoNCELoss(CachedLossMixin, nn.Module):
     Relations:
         - Wraps :class:`QueueInfoNCELoss` (``self.loss``, which owns the options, queue and momentum
           encoder) the way :class:`sentence_transformers.losses.CachedMultipleNegativesRankingLoss`
-          wraps MultipleNegativesRankingLoss; both share :meth:`QueueInfoNCELoss.step`.
+          wraps MultipleNegativesRankingLoss; both run :meth:`QueueInfoNCELoss.start_step` and
+          :meth:`QueueInfoNCELoss.end_step` around their loss.
         - Resembles :class:`sentence_transformers.losses.CachedGISTEmbedLoss` when ``guide_model`` is set.
     """
 
@@ -106,7 +107,7 @@ class CachedQueueInfoNCELoss(CachedLossMixin, nn.Module):
         self.mini_batch_size = mini_batch_size
         self.mini_batch_num_tokens = mini_batch_num_tokens
         self.show_progress_bar = show_progress_bar
-        self._pending: dict[str, Any] = {}
+        self._pending: StepInputs | None = None
         self._last_parts: dict[str, Tensor] = {}
         self._last_positives: Tensor | None = None
 
@@ -151,8 +152,9 @@ class CachedQueueInfoNCELoss(CachedLossMixin, nn.Module):
         """reps: per column, the mini-batch embeddings ``(mb, D)``. Returns the total loss (detached
         after the chunked backward when ``with_backward``); the parts go to ``self._last_parts``."""
         embeddings = [torch.cat(column) for column in reps]
-        batch = self.loss.prepare_batch(embeddings, labels, self._pending.get("anchor_ids"),
-                                        self._pending.get("positive_ids"), self._pending.get("guide"))
+        step = self._pending
+        known = (None, None, None) if step is None else (step.anchor_ids, step.positive_ids, step.guide)
+        batch = self.loss.prepare_batch(embeddings, labels, *known)
         batch_size = batch.anchors.shape[0]
         sums = {"in_batch": 0.0, "queue": 0.0, "hard": 0.0}
         total = 0.0
@@ -173,19 +175,16 @@ class CachedQueueInfoNCELoss(CachedLossMixin, nn.Module):
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> dict[str, Tensor]:
         """Same contract as :meth:`QueueInfoNCELoss.forward`: returns ``{"in_batch", "queue", "hard"}``."""
-        sentence_features = list(sentence_features)
-
-        def compute(inputs: StepInputs) -> tuple[dict[str, Tensor], Tensor]:
-            self._pending = {"anchor_ids": inputs.anchor_ids, "positive_ids": inputs.positive_ids, "guide": inputs.guide}
-            try:
-                loss = self.forward_cached(sentence_features, labels)
-            finally:
-                self._pending = {}
-            queue_part, hard_part = self._last_parts["queue"], self._last_parts["hard"]
-            # in_batch carries the GradCache hook; the parts still add up to the total loss
-            return {"in_batch": loss - (queue_part + hard_part), "queue": queue_part, "hard": hard_part}, self._last_positives
-
-        return self.loss.step(sentence_features, labels, compute)
+        inputs = self.loss.start_step(sentence_features)  # text ids, guide embeddings, momentum update
+        self._pending = inputs  # read by calculate_loss, which GradCache calls
+        try:
+            loss = self.forward_cached(inputs.features, labels)
+        finally:
+            self._pending = None
+        queue_part, hard_part = self._last_parts["queue"], self._last_parts["hard"]
+        self.loss.end_step(inputs, self._last_positives, labels)  # enqueue this batch's positives
+        # in_batch carries the GradCache hook; the parts still add up to the total loss
+        return {"in_batch": loss - (queue_part + hard_part), "queue": queue_part, "hard": hard_part}
 
 
 def build_cached_queue_infonce_loss(

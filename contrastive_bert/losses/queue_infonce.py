@@ -1,26 +1,33 @@
 """QueueInfoNCELoss: InfoNCE over in-batch negatives + a FIFO queue of past positives + hard
 negatives mined from that queue, with false-negative control.
 
-Each step: embed the columns, let :class:`~contrastive_bert.losses.hard_negative_miner.HardNegativeMiner`
-choose each anchor's queue negatives and hard negatives (after the false-negative filters and,
-with ``guide_model``, the guide's veto), score them with
-:func:`~contrastive_bert.losses.infonce_math.queue_infonce_loss` (the formula is in its module
-docstring), then enqueue this batch's positives (embedded by the momentum encoder if any).
+One step, as :meth:`QueueInfoNCELoss.forward` reads top to bottom:
 
-The returned dict splits the loss into parts that add up to it (the ST trainer sums and logs them):
-``in_batch`` = the MNRL loss, ``queue`` = what the queue negatives add, ``hard`` = what the hard
-negatives add.
+1. :meth:`~QueueInfoNCELoss.start_step`: the columns' text ids (for the id filters), the guide's
+   embeddings (with ``guide_model``) and the momentum encoder's EMA update;
+2. embed the columns (sentence-transformers' ``embed_columns``, as MNRL);
+3. :meth:`~QueueInfoNCELoss.compute_loss_from_embeddings`: normalise and snapshot the queue
+   (:meth:`~QueueInfoNCELoss.prepare_batch`), then per anchor (:meth:`~QueueInfoNCELoss.loss_rows`)
+   the miner (:class:`~contrastive_bert.losses.hard_negative_miner.HardNegativeMiner`) chooses its
+   queue negatives and hard negatives after the false-negative filters and the guide's veto, and
+   :func:`~contrastive_bert.losses.infonce_math.queue_infonce_loss` scores them (the formula is in
+   its module docstring);
+4. :meth:`~QueueInfoNCELoss.end_step`: enqueue this batch's positives (embedded by the momentum
+   encoder if any).
+
+The cached loss runs the same steps 1 and 4 around GradCache. The returned dict splits the loss
+into parts that add up to it (the ST trainer sums and logs them): ``in_batch`` = the MNRL loss,
+``queue`` = what the queue negatives add, ``hard`` = what the hard negatives add.
 
 The options are grouped by concern in :class:`~contrastive_bert.losses.queue_config.QueueInfoNCEConfig`
-(scoring, queue, mining, false-negative filters, guide), each group checked once when it is made.
-:meth:`QueueInfoNCELoss.step` is the step sequence (ids, guide, momentum update, compute, enqueue)
-the plain and the cached loss share.
+(scoring, queue, mining, false-negative filters, guide), each group checked once when it is made;
+the loss reads them from :attr:`QueueInfoNCELoss.config`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +41,6 @@ from contrastive_bert.losses.infonce_math import queue_infonce_loss
 from contrastive_bert.losses.momentum_encoder import MomentumEncoder
 from contrastive_bert.losses.option_checks import check_number
 from contrastive_bert.losses.queue_config import QueueInfoNCEConfig
-from contrastive_bert.queue_search import HardnessSchedule
 from contrastive_bert.models import unwrap_model
 from contrastive_bert.queue import NO_ID, EmbeddingQueue, default_queue_size, hash_token_ids
 
@@ -78,9 +84,11 @@ class _Batch:
 
 @dataclass
 class StepInputs:
-    """What one loss call knows before it embeds: the text ids ``(B,)`` of the anchor and positive
-    columns, the guide's embedding of each column (None without a guide), and whether it trains."""
+    """What one loss call knows before it embeds (:meth:`QueueInfoNCELoss.start_step`): the
+    tokenised columns, the text ids ``(B,)`` of the anchor and positive columns, the guide's
+    embedding of each column (None without a guide), and whether it trains."""
 
+    features: list[dict[str, Tensor]]
     anchor_ids: Tensor
     positive_ids: Tensor
     guide: list[Tensor] | None
@@ -153,6 +161,29 @@ class QueueInfoNCELoss(nn.Module):
         - MoCo (``momentum``); ``use_queue_negatives=False`` keeps only the hard negatives mined
           from the queue of past batches' documents (not ANCE, which refreshes negatives from the
           whole corpus with the model being trained).
+
+    Example:
+        ::
+
+            from datasets import Dataset
+            from sentence_transformers import SentenceTransformerTrainer
+
+            from contrastive_bert.losses import QueueInfoNCELoss
+            from contrastive_bert.models import load_model
+
+            model = load_model("default")  # the bundled all-MiniLM-L6-v2, or any SentenceTransformer
+            train_dataset = Dataset.from_dict({
+                "anchor": ["It's nice weather outside today.", "He drove to work."],
+                "positive": ["It's so sunny.", "He took the car to the office."],
+            })
+            loss = QueueInfoNCELoss(model, queue_size=1024, num_hard_negatives=4)
+
+            trainer = SentenceTransformerTrainer(
+                model=model,
+                train_dataset=train_dataset,
+                loss=loss,
+            )
+            trainer.train()
     """
 
     def __init__(
@@ -199,69 +230,20 @@ class QueueInfoNCELoss(nn.Module):
         QueueInfoNCEConfig.from_options(options, cls.__name__)
 
     # ------------------------------------------------------------------ properties
+    # (every option is read from ``self.config``; these few are what MNRL users and the queue's
+    # size rule ask for)
     @property
     def temperature(self) -> float:
         return self.config.infonce.temperature
 
     @property
     def scale(self) -> float:
+        """``1 / temperature``: MultipleNegativesRankingLoss's name for it."""
         return 1.0 / self.temperature
 
     @property
-    def hard_negative_share(self) -> float | None:
-        return self.config.infonce.hard_negative_share
-
-    @property
-    def symmetric(self) -> bool:
-        return self.config.infonce.symmetric
-
-    @property
-    def check_finite(self) -> bool:
-        return self.config.infonce.check_finite
-
-    @property
-    def momentum(self) -> float | None:
-        return self.config.queue.momentum
-
-    @property
-    def gather_across_devices(self) -> bool:
-        return self.config.queue.gather_across_devices
-
-    @property
-    def requested_queue_size(self) -> int | None:
-        return self.config.queue.queue_size
-
-    @property
-    def num_hard_negatives(self) -> int:
-        return self.config.mining.num_hard_negatives
-
-    @property
-    def use_queue_negatives(self) -> bool:
-        return self.config.mining.use_queue_negatives
-
-    @property
-    def hardness_schedule(self) -> HardnessSchedule:
-        return self.config.mining.hardness_schedule
-
-    @property
-    def filter_same_label(self) -> bool:
-        return self.config.filters.filter_same_label
-
-    @property
-    def filter_same_anchor(self) -> bool:
-        return self.config.filters.filter_same_anchor
-
-    @property
-    def guide_margin(self) -> float:
-        return self.config.guide.guide_margin
-
-    @property
-    def ema_model(self) -> nn.Module | None:
-        """The momentum encoder's model (None without ``momentum``)."""
-        return None if self.momentum_encoder is None else self.momentum_encoder.model
-
-    @property
     def queue_size(self) -> int | None:
+        """Rows of the queue once it exists (None before a lazily sized queue is made)."""
         return None if self.queue is None else self.queue.size
 
     @property
@@ -283,14 +265,15 @@ class QueueInfoNCELoss(nn.Module):
 
     def get_config_dict(self) -> dict[str, Any]:
         """The options (derived from :attr:`config`), with the queue's actual size once it exists."""
-        return {**self.config.as_options(), "queue_size": self.queue_size if self.queue is not None else self.requested_queue_size}
+        return {**self.config.as_options(), "queue_size": self.queue_size if self.queue is not None else self.config.queue.queue_size}
 
     # ------------------------------------------------------------------ queue management
     def _make_queues(self, size: int) -> None:
         device = next(unwrap_model(self.model).parameters()).device
-        self.queue = EmbeddingQueue(size, self.dim, gather_distributed=self.gather_across_devices).to(device)
+        gather = self.config.queue.gather_across_devices
+        self.queue = EmbeddingQueue(size, self.dim, gather_distributed=gather).to(device)
         if self.guide is not None:
-            self.guide_queue = EmbeddingQueue(size, self.guide.dim, gather_distributed=self.gather_across_devices).to(device)
+            self.guide_queue = EmbeddingQueue(size, self.guide.dim, gather_distributed=gather).to(device)
 
     def ensure_queue(self, global_batch_size: int) -> EmbeddingQueue:
         """Create the queue on first use (seed rule when ``queue_size`` is None) and check it fits."""
@@ -314,7 +297,8 @@ class QueueInfoNCELoss(nn.Module):
         def cpu(module: nn.Module | None) -> dict[str, Tensor] | None:
             return None if module is None else {k: v.detach().cpu() for k, v in module.state_dict().items()}
 
-        return {"queue": cpu(self.queue), "num_steps": int(self.num_steps.item()), "ema_model": cpu(self.ema_model),
+        ema_model = None if self.momentum_encoder is None else self.momentum_encoder.model
+        return {"queue": cpu(self.queue), "num_steps": int(self.num_steps.item()), "ema_model": cpu(ema_model),
                 "guide_queue": cpu(self.guide_queue), "dim": self.dim}
 
     def load_queue_state_dict(self, state: dict[str, Any]) -> None:
@@ -336,9 +320,9 @@ class QueueInfoNCELoss(nn.Module):
                 self.guide_queue.load_state_dict(state["guide_queue"])
         self.num_steps.fill_(int(state.get("num_steps", 0)))
         if state.get("ema_model") is not None:
-            if self.ema_model is None:
+            if self.momentum_encoder is None:
                 raise ValueError("state: it holds a momentum encoder but this loss has momentum=None")
-            self.ema_model.load_state_dict(state["ema_model"])
+            self.momentum_encoder.model.load_state_dict(state["ema_model"])
 
     @torch.no_grad()
     def update_momentum_encoder(self) -> None:
@@ -363,59 +347,58 @@ class QueueInfoNCELoss(nn.Module):
         guide_keys: Tensor | None = None,
     ) -> None:
         """Enqueue the keys ``(B, D)`` (and their guide embeddings) and advance the step counter."""
-        groups = self.group_labels(labels, anchor_ids)
+        groups = self.config.filters.groups(labels, anchor_ids)
         self.queue.enqueue(keys, ids=positive_ids, labels=groups)
         if self.guide_queue is not None:
             self.guide_queue.enqueue(guide_keys, ids=positive_ids, labels=groups)
         self.num_steps += 1
 
-    def group_labels(self, labels: Tensor | None, anchor_ids: Tensor | None) -> Tensor | None:
-        """``(B,)`` group of each row for the same-group filter (:meth:`FalseNegativeFilters.groups`)."""
-        return self.config.filters.groups(labels, anchor_ids)
-
     # ------------------------------------------------------------------ loss
-    def step(
-        self,
-        sentence_features: Sequence[dict[str, Tensor]],
-        labels: Tensor | None,
-        compute: Callable[[StepInputs], tuple[dict[str, Tensor], Tensor]],
-    ) -> dict[str, Tensor]:
-        """One loss call, shared by the plain and cached losses: the columns' text ids and guide
-        embeddings, the momentum encoder's update, ``compute(inputs) -> (parts, positives (B, D))``
-        (embedding and scoring, however the caller does them), then this batch's positives enqueued."""
-        if len(sentence_features) < 2:
-            raise ValueError(f"sentence_features: expected at least 2 columns (anchor, positive), got {len(sentence_features)}")
-        inputs = StepInputs(
-            anchor_ids=feature_ids(sentence_features[0]),
-            positive_ids=feature_ids(sentence_features[1]),
-            guide=None if self.guide is None else self.guide.embed(sentence_features),
-            training=unwrap_model(self.model).training and torch.is_grad_enabled(),
-        )
-        if inputs.training:
-            self.update_momentum_encoder()
-        parts, positives = compute(inputs)
-        if inputs.training:
-            keys = self.key_embeddings(sentence_features[1], positives)
-            guide_keys = None if inputs.guide is None else inputs.guide[1]
-            self.after_training_step(keys, inputs.positive_ids, labels, inputs.anchor_ids, guide_keys)
-        return parts
-
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> dict[str, Tensor]:
         """sentence_features: (anchor, positive[, negative_1, ...]) tokenised columns of ``B`` rows.
         Returns ``{"in_batch", "queue", "hard"}`` scalar parts (their sum is the loss)."""
         from sentence_transformers.base.losses.merged_forward import embed_columns
 
-        sentence_features = list(sentence_features)
+        inputs = self.start_step(sentence_features)  # text ids, guide embeddings, momentum update
+        embeddings = embed_columns(self.model, inputs.features)
+        parts = self.compute_loss_from_embeddings(
+            embeddings, labels, anchor_ids=inputs.anchor_ids, positive_ids=inputs.positive_ids, guide_embeddings=inputs.guide,
+        )
+        self.end_step(inputs, embeddings[1], labels)  # enqueue this batch's positives
+        return parts
 
-        def compute(inputs: StepInputs) -> tuple[dict[str, Tensor], Tensor]:
-            embeddings = embed_columns(self.model, sentence_features)
-            parts = self.compute_loss_from_embeddings(
-                embeddings, labels, anchor_ids=inputs.anchor_ids, positive_ids=inputs.positive_ids,
-                guide_embeddings=inputs.guide,
-            )
-            return parts, embeddings[1]
+    def start_step(self, sentence_features: Iterable[dict[str, Tensor]]) -> StepInputs:
+        """What a loss call needs before it embeds (shared with the cached loss): the columns' text
+        ids and guide embeddings; when training, the momentum encoder's EMA update."""
+        features = list(sentence_features)
+        if len(features) < 2:
+            raise ValueError(f"sentence_features: expected at least 2 columns (anchor, positive), got {len(features)}")
+        inputs = StepInputs(
+            features=features,
+            anchor_ids=feature_ids(features[0]),
+            positive_ids=feature_ids(features[1]),
+            guide=None if self.guide is None else self.guide.embed(features),
+            training=unwrap_model(self.model).training and torch.is_grad_enabled(),
+        )
+        if inputs.training:
+            self.update_momentum_encoder()
+        return inputs
 
-        return self.step(sentence_features, labels, compute)
+    def compute_loss_from_embeddings(
+        self,
+        embeddings: Sequence[Tensor],
+        labels: Tensor | None = None,
+        anchor_ids: Tensor | None = None,
+        positive_ids: Tensor | None = None,
+        guide_embeddings: Sequence[Tensor] | None = None,
+        extra_docs: Tensor | None = None,
+        guide_extra_docs: Tensor | None = None,
+    ) -> dict[str, Tensor]:
+        """embeddings: (anchor, positive[, negatives...]) each ``(B, D)``. Returns the named parts (means)."""
+        batch = self.prepare_batch(embeddings, labels, anchor_ids, positive_ids, guide_embeddings, extra_docs, guide_extra_docs)
+        parts = self.loss_rows(batch, 0, batch.anchors.shape[0])
+        total = batch.anchors.shape[0]
+        return {name: value / total for name, value in parts.items()}
 
     def prepare_batch(
         self,
@@ -440,7 +423,7 @@ class QueueInfoNCELoss(nn.Module):
         if self.guide is not None and guide_embeddings is None:
             raise ValueError("guide_embeddings: this loss has a guide model; pass the guide's embedding of each column")
         world = torch.distributed.get_world_size() if (
-            self.gather_across_devices and torch.distributed.is_available() and torch.distributed.is_initialized()
+            self.config.queue.gather_across_devices and torch.distributed.is_available() and torch.distributed.is_initialized()
         ) else 1
         queue = self.ensure_queue(batch_size * world)
         if queue.queue_embeddings.device != anchors.device:
@@ -455,7 +438,7 @@ class QueueInfoNCELoss(nn.Module):
             queue_groups=q_groups,
             anchor_ids=anchor_ids,
             positive_ids=positive_ids,
-            groups=self.group_labels(labels, anchor_ids),
+            groups=self.config.filters.groups(labels, anchor_ids),
             step=int(self.num_steps.item()),
         )
         if self.guide is not None:
@@ -468,22 +451,6 @@ class QueueInfoNCELoss(nn.Module):
             # give autograd its own copy of the rows it saved
             batch.queue = batch.queue.clone()
         return batch
-
-    def compute_loss_from_embeddings(
-        self,
-        embeddings: Sequence[Tensor],
-        labels: Tensor | None = None,
-        anchor_ids: Tensor | None = None,
-        positive_ids: Tensor | None = None,
-        guide_embeddings: Sequence[Tensor] | None = None,
-        extra_docs: Tensor | None = None,
-        guide_extra_docs: Tensor | None = None,
-    ) -> dict[str, Tensor]:
-        """embeddings: (anchor, positive[, negatives...]) each ``(B, D)``. Returns the named parts (means)."""
-        batch = self.prepare_batch(embeddings, labels, anchor_ids, positive_ids, guide_embeddings, extra_docs, guide_extra_docs)
-        parts = self.loss_rows(batch, 0, batch.anchors.shape[0])
-        total = batch.anchors.shape[0]
-        return {name: value / total for name, value in parts.items()}
 
     def loss_rows(self, batch: _Batch, begin: int, end: int) -> dict[str, Tensor]:
         """Sum over anchors ``begin:end`` of each loss part (divide by ``B`` for the mean):
@@ -508,13 +475,14 @@ class QueueInfoNCELoss(nn.Module):
             anchor_groups=rows_of(batch.groups), keep=guide_keep,
         )
         hard_keys, hard_mask = mined.hard_keys(batch.queue)
+        scoring = self.config.infonce
         _, parts = queue_infonce_loss(
             anchors, batch.docs, batch.queue if mined.queue_mask is not None else None, hard_keys,
-            temperature=self.temperature, positive_index=rows, doc_mask=doc_mask, queue_mask=mined.queue_mask,
-            hard_mask=hard_mask, hard_negative_share=self.hard_negative_share,
-            reverse_anchors=batch.anchors if self.symmetric else None, reduction="sum",
+            temperature=scoring.temperature, positive_index=rows, doc_mask=doc_mask, queue_mask=mined.queue_mask,
+            hard_mask=hard_mask, hard_negative_share=scoring.hard_negative_share,
+            reverse_anchors=batch.anchors if scoring.symmetric else None, reduction="sum",
         )
-        if self.check_finite:
+        if scoring.check_finite:
             bad = [name for name, value in parts.items() if not torch.isfinite(value)]
             if bad:
                 raise ValueError(
@@ -522,6 +490,14 @@ class QueueInfoNCELoss(nn.Module):
                     "check the inputs, the learning rate and mixed-precision settings"
                 )
         return parts
+
+    def end_step(self, inputs: StepInputs, positives: Tensor, labels: Tensor | None) -> None:
+        """After the loss (shared with the cached loss): when training, enqueue this batch's
+        positives ``(B, D)`` (re-embedded by the momentum encoder if any) and count the step."""
+        if inputs.training:
+            keys = self.key_embeddings(inputs.features[1], positives)
+            guide_keys = None if inputs.guide is None else inputs.guide[1]
+            self.after_training_step(keys, inputs.positive_ids, labels, inputs.anchor_ids, guide_keys)
 
 
 def build_queue_infonce_loss(

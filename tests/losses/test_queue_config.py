@@ -44,8 +44,8 @@ def test_the_defaults_are_the_config_defaults(tiny_model):
     """The constructor has no defaults of its own: an empty call is the default config."""
     loss = QueueInfoNCELoss(tiny_model)
     assert loss.config == QueueInfoNCEConfig()
-    assert (loss.temperature, loss.hard_negative_share, loss.symmetric, loss.check_finite) == (0.05, None, False, True)
-    assert (loss.miner.filters.relative_margin, loss.filter_same_anchor, loss.miner.filters.filter_queue_negatives) == (0.05, True, True)
+    assert (loss.temperature, loss.scale, loss.queue_size) == (0.05, 20.0, None)
+    assert (loss.miner.filters.relative_margin, loss.miner.filters.filter_queue_negatives) == (0.05, True)
     assert loss.miner.filters is loss.config.filters and loss.miner.mining is loss.config.mining
     assert loss.guide is None and loss.momentum_encoder is None and loss.queue is None
 
@@ -110,16 +110,18 @@ def test_the_constructors_take_no_option_keywords_of_their_own():
     assert [name for name in parameters if name not in ("self", "model", "options")] == ["config", "train_dataset_size"]
 
 
-def test_plain_and_cached_share_the_step_hook(monkeypatch, tiny_model):
-    """Both losses run QueueInfoNCELoss.step once per call: ids, guide, momentum update, enqueue."""
+def test_plain_and_cached_share_the_step_hooks(monkeypatch, tiny_model):
+    """Both losses run QueueInfoNCELoss.start_step (ids, guide, momentum update) and end_step
+    (enqueue) once per call."""
     steps = []
-    original = QueueInfoNCELoss.step
+    for hook in ("start_step", "end_step"):
+        original = getattr(QueueInfoNCELoss, hook)
 
-    def counting(self, *args, **kwargs):
-        steps.append(type(self).__name__)
-        return original(self, *args, **kwargs)
+        def counting(self, *args, _original=original, _hook=hook, **kwargs):
+            steps.append(_hook)
+            return _original(self, *args, **kwargs)
 
-    monkeypatch.setattr(QueueInfoNCELoss, "step", counting)
+        monkeypatch.setattr(QueueInfoNCELoss, hook, counting)
     features = [tiny_model.preprocess(["a cat", "a dog", "the sky"]), tiny_model.preprocess(["kitten", "puppy", "blue"])]
     for loss in (QueueInfoNCELoss(tiny_model, queue_size=8, momentum=0.5),
                  CachedQueueInfoNCELoss(tiny_model, mini_batch_size=2, queue_size=8, momentum=0.5)):
@@ -128,7 +130,7 @@ def test_plain_and_cached_share_the_step_hook(monkeypatch, tiny_model):
         sum(parts.values()).backward()
         inner = getattr(loss, "loss", loss)
         assert int(inner.num_steps) == 1 and inner.queue.filled()[0].shape[0] == 3
-    assert steps == ["QueueInfoNCELoss", "QueueInfoNCELoss"]
+    assert steps == ["start_step", "end_step", "start_step", "end_step"]
     with torch.no_grad():
         eval_loss = QueueInfoNCELoss(tiny_model, queue_size=8)
         eval_loss(features, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import textwrap
 
 import pytest
 import torch
@@ -187,15 +188,15 @@ def test_cached_training_enqueues(tiny_model):
 def test_momentum_encoder_moves_slowly_and_fills_the_queue(tiny_model):
     tiny_model.train()
     loss = QueueInfoNCELoss(tiny_model, queue_size=10, momentum=0.9)
-    ema_before = [p.clone() for p in loss.ema_model.parameters()]
+    ema_before = [p.clone() for p in loss.momentum_encoder.model.parameters()]
     with torch.no_grad():
         for p in tiny_model.parameters():
             p.add_(0.1)
     loss(_features(tiny_model, ANCHORS, POSITIVES), None)
-    for before, after, online in zip(ema_before, loss.ema_model.parameters(), tiny_model.parameters()):
+    for before, after, online in zip(ema_before, loss.momentum_encoder.model.parameters(), tiny_model.parameters()):
         torch.testing.assert_close(after, 0.9 * before + 0.1 * online.detach())
     assert len(loss.queue) == 5
-    assert not any(p.requires_grad for p in loss.ema_model.parameters())
+    assert not any(p.requires_grad for p in loss.momentum_encoder.model.parameters())
 
 
 def test_bad_arguments(tiny_model):
@@ -246,7 +247,7 @@ def test_lazy_queue_uses_the_seed_rule(tiny_model):
     loss(_features(tiny_model, ANCHORS, POSITIVES), None)
     assert loss.queue.size == 80  # 4 * 100 / 5
     built = build_queue_infonce_loss(tiny_model, train_dataset_size=1000, batch_size=8, num_hard_negatives=2)
-    assert built.queue_size == 500 and built.num_hard_negatives == 2
+    assert built.queue_size == 500 and built.config.mining.num_hard_negatives == 2
     cached = build_cached_queue_infonce_loss(tiny_model, 1000, 8, mini_batch_size=4)
     assert isinstance(cached, CachedQueueInfoNCELoss) and cached.mini_batch_size == 4 and cached.queue_size == 500
     with pytest.raises(ValueError, match="loss_options.cached: .*cached_queue_infonce"):
@@ -401,3 +402,14 @@ def test_other_positives_of_the_same_anchor_are_not_negatives(tiny_model):
     # with the filter the question's own earlier answer leaves its row's negatives: the queue adds less
     assert dropped < kept
     assert dropped > 0  # "cats purr" (another anchor) is still a negative
+
+
+def test_the_docstring_example_trains(monkeypatch, tmp_path, tiny_model):
+    """The class docstring's ``Example::`` runs as written (the tiny model stands in for the bundled one)."""
+    example = textwrap.dedent(QueueInfoNCELoss.__doc__.split("Example:\n        ::\n")[1])
+    monkeypatch.setattr("contrastive_bert.models.load_model", lambda name: tiny_model)
+    monkeypatch.chdir(tmp_path)  # the trainer's default output folder
+    namespace: dict = {}
+    exec(compile(example, "QueueInfoNCELoss.__doc__", "exec"), namespace)
+    assert namespace["trainer"].state.global_step == 3  # 3 epochs (the trainer's default) of one batch of 2
+    assert len(namespace["loss"].queue) == 6 and namespace["loss"].queue_size == 1024
