@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from contrastive_bert.data.beir import RetrievalData
+from contrastive_bert.embeddings import encode_normalized
 from contrastive_bert.queue_search import search_topk
 
 logger = logging.getLogger(__name__)
@@ -51,13 +52,6 @@ class MiningReport:
     kept: int
     dropped_near_positive: int
     dropped_small_corpus: int
-
-
-def encode_normalized(model, texts: list[str], batch_size: int = 64, show_progress_bar: bool = False) -> torch.Tensor:
-    """``(len(texts), dim)`` float32 unit-norm embeddings on the CPU."""
-    embeddings = model.encode(texts, batch_size=batch_size, convert_to_tensor=True, normalize_embeddings=True,
-                              show_progress_bar=show_progress_bar)
-    return embeddings.float().cpu()
 
 
 def mine_corpus_negatives(
@@ -101,12 +95,14 @@ def mine_corpus_negatives(
     doc_index = {doc: i for i, doc in enumerate(doc_ids)}
     if corpus_embeddings is None:
         logger.info("mine: encoding the %d documents of the corpus", len(doc_ids))
-        corpus_embeddings = encode_normalized(model, [data.corpus[d] for d in doc_ids], batch_size, show_progress_bar)
+        corpus_embeddings = encode_normalized(model, [data.corpus[d] for d in doc_ids], batch_size=batch_size,
+                                              show_progress_bar=show_progress_bar)
     elif corpus_embeddings.shape[0] != len(doc_ids):
         raise ValueError(f"corpus_embeddings: expected {len(doc_ids)} rows (one per document), got {corpus_embeddings.shape[0]}")
     query_ids = sorted(qrels)
     logger.info("mine: encoding the %d %s queries", len(query_ids), split)
-    query_embeddings = encode_normalized(model, [data.queries[q] for q in query_ids], batch_size, show_progress_bar)
+    query_embeddings = encode_normalized(model, [data.queries[q] for q in query_ids], batch_size=batch_size,
+                                         show_progress_bar=show_progress_bar)
     excluded = {q: data.relevant(q) for q in query_ids}
     pool = min(len(doc_ids), range_max + max(len(e) for e in excluded.values()))
     chunks = []

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from contrastive_bert.benchmarking import add_common_arguments, selected, setup_from_args, write_results
-from contrastive_bert.evaluation.embedding_cache import encode_unique
+from contrastive_bert.embeddings import encode_normalized
 from contrastive_bert.models import load_model
 from contrastive_bert.training.train_data import build_train_dataset
 
@@ -31,8 +31,8 @@ SETTINGS = {"sts": ["stsb", "mrpc"], "answer_selection": ["answer_selection"]}
 
 def diagnose(model, names: list[str], data_dir: str | None) -> dict[str, float]:
     pairs = build_train_dataset(names, "pairs", data_dir=data_dir)
-    anchors = encode_unique(model, list(pairs["anchor"]))
-    positives = encode_unique(model, list(pairs["positive"]))
+    anchors = encode_normalized(model, pairs["anchor"], unique=True).numpy()
+    positives = encode_normalized(model, pairs["positive"], unique=True).numpy()
     scores = anchors @ positives.T  # (n, n) cosine; diagonal = own positive
     own = np.diag(scores).copy()
     np.fill_diagonal(scores, -np.inf)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from contrastive_bert.corpus_mining import encode_normalized, mine_corpus_negatives
+from contrastive_bert.corpus_mining import mine_corpus_negatives
 from contrastive_bert.data.beir import RetrievalData
+from contrastive_bert.embeddings import encode_normalized
 
 WORDS = ["protein", "cell", "gene", "virus", "dose", "trial", "mouse", "cancer", "brain", "heart", "diet", "sleep"]
 

@@ -1,29 +1,34 @@
-"""Score a model on several qrels splits of one retrieval data set, encoding the corpus once.
+"""Retrieval scores of a model on the qrels splits of one retrieval data set, by the MTEB protocol.
 
-Dev and test of a BEIR-layout data set search the same corpus: the documents (the expensive
-part: thousands of texts up to 256 tokens) are encoded once and searched by every split's
-queries. Search and metrics are the MTEB protocol's (:mod:`contrastive_bert.evaluation.dense_retrieval`,
-:mod:`contrastive_bert.evaluation.retrieval_metrics`).
+:func:`evaluate_retrieval_splits` is the package's one retrieval scorer (``contrastive-bert eval``,
+the retrieval benchmark and training's retrieval dev task all call it); its figures equal
+``mteb.evaluate``'s on the same model and data (``tests/evaluation/test_mteb_tasks.py``). What it
+copies from ``mteb`` 2.x's ``AbsTaskRetrieval`` + ``SearchEncoderWrapper``:
+
+- only queries with a judgement in the split are evaluated;
+- queries go through ``model.encode_query`` and documents through ``model.encode_document``
+  (separate calls: short queries are never padded to document length; a model's query/document
+  prompts apply), with the same batch size;
+- documents are encoded as given (``title + " " + text``, stripped: MTEB's rule, applied by
+  :class:`~contrastive_bert.data.beir.RetrievalData`);
+- exact cosine search over the whole corpus (:func:`~contrastive_bert.evaluation.dense_retrieval.exact_search`),
+  the top 1000 documents per query, scored by trec_eval's rules
+  (:func:`~contrastive_bert.evaluation.retrieval_metrics.retrieval_scores`).
+
+Dev and test of a BEIR-layout data set search the same corpus: the documents (the expensive part:
+thousands of texts up to 256 tokens) are encoded once and searched by every split's queries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
 from contrastive_bert.data.beir import RetrievalData
+from contrastive_bert.embeddings import encode_normalized
 from contrastive_bert.evaluation.dense_retrieval import exact_search
 from contrastive_bert.evaluation.retrieval_metrics import retrieval_scores
 
 TOP_K = 1000  # documents retrieved per query, as MTEB
-
-
-def _encode(encode, texts: list[str], batch_size: int, show_progress_bar: bool) -> torch.Tensor:
-    """``encode``: the model's ``encode_query`` or ``encode_document`` (as mteb calls them)."""
-    embeddings = encode(texts, batch_size=batch_size, convert_to_tensor=True, normalize_embeddings=True,
-                        show_progress_bar=show_progress_bar)
-    return embeddings.float().cpu()
 
 
 def evaluate_retrieval_splits(
@@ -36,12 +41,14 @@ def evaluate_retrieval_splits(
     for split in splits:
         data.split(split)  # a clear error for a missing split, before encoding anything
     doc_ids = list(data.corpus)
-    corpus = _encode(model.encode_document, [data.corpus[d] for d in doc_ids], batch_size, show_progress_bar)
+    corpus = encode_normalized(model, [data.corpus[d] for d in doc_ids], kind="document", batch_size=batch_size,
+                               show_progress_bar=show_progress_bar)
     results = {}
     for split in splits:
         qrels = data.split(split)
         query_ids = sorted(q for q in qrels if q in data.queries)[:max_queries]
-        queries = _encode(model.encode_query, [data.queries[q] for q in query_ids], batch_size, show_progress_bar)
+        queries = encode_normalized(model, [data.queries[q] for q in query_ids], kind="query", batch_size=batch_size,
+                                    show_progress_bar=show_progress_bar)
         scores, indices = exact_search(queries, corpus, top_k=top_k)
         run = {q: {doc_ids[i]: float(s) for s, i in zip(row_scores.tolist(), row_indices.tolist())}
                for q, row_scores, row_indices in zip(query_ids, scores, indices)}

@@ -7,7 +7,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score
 
 from contrastive_bert.data.schemas import validate_split
-from contrastive_bert.evaluation.embedding_cache import encode_unique
+from contrastive_bert.embeddings import encode_normalized
 
 
 def knn_predict(train_embeddings: np.ndarray, train_labels: np.ndarray, test_embeddings: np.ndarray, k: int = 1) -> np.ndarray:
@@ -55,8 +55,10 @@ def evaluate_classification(
     """Fit on ``train_dataset`` embeddings, score on ``test_dataset`` (both ``text``/``label``)."""
     validate_split(train_dataset, "classification", split="train dataset")
     validate_split(test_dataset, "classification", split="test dataset")
-    train = encode_unique(model, list(train_dataset["text"]), batch_size=batch_size, show_progress_bar=show_progress_bar)
-    test = encode_unique(model, list(test_dataset["text"]), batch_size=batch_size, show_progress_bar=show_progress_bar)
+    train, test = (
+        encode_normalized(model, split["text"], unique=True, batch_size=batch_size, show_progress_bar=show_progress_bar).numpy()
+        for split in (train_dataset, test_dataset)
+    )
     scores = classification_scores(
         train, np.asarray(train_dataset["label"]), test, np.asarray(test_dataset["label"]), k=k, seed=seed
     )

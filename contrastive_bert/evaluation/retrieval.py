@@ -7,7 +7,7 @@ from collections import defaultdict
 import numpy as np
 
 from contrastive_bert.data.schemas import validate_split
-from contrastive_bert.evaluation.embedding_cache import encode_unique
+from contrastive_bert.embeddings import encode_normalized
 
 
 def ranking_scores(groups: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
@@ -33,7 +33,8 @@ def evaluate_answer_selection(model, dataset, batch_size: int = 64, show_progres
     """Rank each question's candidates (``question``, ``answer``, ``label`` rows) by cosine."""
     validate_split(dataset, "reranking", split="answer selection dataset")
     questions, answers = list(dataset["question"]), list(dataset["answer"])
-    embeddings = encode_unique(model, questions + answers, batch_size=batch_size, show_progress_bar=show_progress_bar)
+    embeddings = encode_normalized(model, questions + answers, unique=True, batch_size=batch_size,
+                                   show_progress_bar=show_progress_bar).numpy()
     q, a = embeddings[: len(questions)], embeddings[len(questions) :]
     cosine = (q * a).sum(axis=1)
     by_question: dict[str, list[int]] = defaultdict(list)

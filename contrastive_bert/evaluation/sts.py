@@ -6,7 +6,7 @@ import numpy as np
 from scipy.stats import pearsonr, spearmanr
 
 from contrastive_bert.data.schemas import validate_split
-from contrastive_bert.evaluation.embedding_cache import encode_unique
+from contrastive_bert.embeddings import encode_normalized
 
 
 def sts_scores(embeddings1: np.ndarray, embeddings2: np.ndarray, gold: np.ndarray) -> dict[str, float]:
@@ -23,7 +23,7 @@ def evaluate_sts(model, dataset, batch_size: int = 64, show_progress_bar: bool =
     """STS evaluation of ``model`` on a ``pair-score`` split (``sentence1``, ``sentence2``, ``score``)."""
     validate_split(dataset, "pair-score", split="sts dataset")
     texts = list(dataset["sentence1"]) + list(dataset["sentence2"])
-    embeddings = encode_unique(model, texts, batch_size=batch_size, show_progress_bar=show_progress_bar)
+    embeddings = encode_normalized(model, texts, unique=True, batch_size=batch_size, show_progress_bar=show_progress_bar).numpy()
     n = len(dataset)
     scores = sts_scores(embeddings[:n], embeddings[n:], np.asarray(dataset["score"], dtype=np.float64))
     scores["num_pairs"] = n

@@ -112,7 +112,7 @@ def test_max_eval_samples_caps_queries_never_the_corpus(tmp_path, shared_data, t
     searched, only N test queries are scored."""
     from contrastive_bert.data import load_dataset
     from contrastive_bert.data.beir import RetrievalData
-    from contrastive_bert.evaluation.dense_retrieval import evaluate_retrieval
+    from contrastive_bert.evaluation.beir_evaluation import evaluate_retrieval_splits
 
     run = tmp_path / "run"
     assert main(["train", "--datasets", "scifact", "--data-dir", str(shared_data), *TINY_STEP, "--dev-task", "",
@@ -123,7 +123,7 @@ def test_max_eval_samples_caps_queries_never_the_corpus(tmp_path, shared_data, t
     chosen = data.with_queries_capped(5).qrels["test"]
     assert len(chosen) == 5 and all(data.qrels["test"][q] == docs for q, docs in chosen.items())
     untrained = copy.deepcopy(_tiny_model_session)  # what "before" scored
-    full_corpus = evaluate_retrieval(untrained, data.corpus, data.queries, chosen, batch_size=64)
+    full_corpus = evaluate_retrieval_splits(untrained, RetrievalData(data.corpus, data.queries, {"test": chosen}), batch_size=64)["test"]
     assert full_corpus["num_documents"] == 5183
     assert before["main_score"] == pytest.approx(full_corpus["main_score"], abs=1e-4)
     assert before["map_at_100"] == pytest.approx(full_corpus["map_at_100"], abs=1e-4)

@@ -1,19 +1,23 @@
-"""Scoring a retrieval data set's splits with one corpus encoding gives the same figures as
-``evaluate_retrieval`` per split, and retrieval data sets evaluate by name, by BEIR folder and
-through ``contrastive-bert eval``."""
+"""The retrieval scorer: hand-computed scores on known embeddings, one corpus encoding for all
+splits giving the figures of each split scored alone, and retrieval data sets evaluated by name, by
+BEIR folder and through ``contrastive-bert eval`` (its equality with ``mteb.evaluate`` is in
+``test_mteb_tasks.py``)."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
+import torch
 
 from contrastive_bert.cli import main
 from contrastive_bert.data import load_dataset
 from contrastive_bert.data.beir import RetrievalData
 from contrastive_bert.evaluation import evaluate_tasks
 from contrastive_bert.evaluation.beir_evaluation import evaluate_retrieval_splits
-from contrastive_bert.evaluation.dense_retrieval import evaluate_retrieval
+
+L3 = math.log2(3)
 
 
 @pytest.fixture()
@@ -26,10 +30,46 @@ def small_scifact(shared_data) -> RetrievalData:
     return RetrievalData(corpus=corpus, queries=full.queries, qrels=qrels)
 
 
-def test_one_encoding_equals_per_split_evaluation(tiny_model, small_scifact):
+class _LookupModel:
+    """A stand-in encoder: each text's embedding is looked up in a table; records the calls."""
+
+    def __init__(self, table: dict[str, list[float]]):
+        self.table, self.calls = table, []
+
+    def _encode(self, kind, texts, **kwargs):
+        self.calls.append((kind, list(texts)))
+        return torch.tensor([self.table[t] for t in texts])
+
+    def encode_query(self, texts, **kwargs):
+        return self._encode("query", texts, **kwargs)
+
+    def encode_document(self, texts, **kwargs):
+        return self._encode("document", texts, **kwargs)
+
+
+def test_scores_on_known_embeddings_hand_computed():
+    table = {"Q1": [1, 0], "Q2": [0, 1], "Q3": [1, 1], "D1": [1, 0.1], "D2": [0.1, 1], "D3": [-1, 0]}
+    model = _LookupModel(table)
+    corpus = {"d1": "D1", "d2": "D2", "d3": "D3"}
+    queries = {"q1": "Q1", "q2": "Q2", "q3": "Q3"}  # q3 is not judged: never encoded
+    qrels = {"q1": {"d1": 1}, "q2": {"d1": 2, "d2": 1}}
+    out = evaluate_retrieval_splits(model, RetrievalData(corpus=corpus, queries=queries, qrels={"test": qrels}))["test"]
+    assert model.calls == [("document", ["D1", "D2", "D3"]), ("query", ["Q1", "Q2"])]
+    # q1: d1 first -> 1; q2: d2 (1) then d1 (2): DCG 1 + 2/log2 3 against ideal 2 + 1/log2 3
+    assert out["ndcg_at_1"] == pytest.approx(100 * (1 + 1 / 2) / 2)
+    assert out["main_score"] == out["ndcg_at_10"] == pytest.approx(100 * (1 + (1 + 2 / L3) / (2 + 1 / L3)) / 2)
+    assert out["mrr_at_10"] == 100.0  # both first documents are relevant (grade >= 1)
+    assert out["num_queries"] == 2 and out["num_documents"] == 3
+
+
+def test_one_encoding_equals_per_split_evaluation(tiny_model, small_scifact, monkeypatch):
+    documents = []
+    encode_document = tiny_model.encode_document
+    monkeypatch.setattr(tiny_model, "encode_document", lambda texts, **kw: (documents.append(len(texts)), encode_document(texts, **kw))[1])
     together = evaluate_retrieval_splits(tiny_model, small_scifact, ("validation", "test"))
+    assert documents == [len(small_scifact.corpus)]  # the corpus is encoded once for both splits
     for split in ("validation", "test"):
-        alone = evaluate_retrieval(tiny_model, small_scifact.corpus, small_scifact.queries, small_scifact.qrels[split])
+        alone = evaluate_retrieval_splits(tiny_model, small_scifact, (split,))[split]
         for metric in ("ndcg_at_10", "map_at_100", "mrr_at_10", "recall_at_100"):
             assert together[split][metric] == pytest.approx(alone[metric], abs=1e-9), (split, metric)
         assert together[split]["main_score"] == together[split]["ndcg_at_10"]

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from contrastive_bert.data import load_dataset
 from contrastive_bert.data.schemas import build_split
+from contrastive_bert.embeddings import encode_normalized
 from contrastive_bert.evaluation import (
     check_tasks,
     classification_scores,
@@ -22,7 +24,6 @@ from contrastive_bert.evaluation import (
     ranking_scores,
     sts_scores,
 )
-from contrastive_bert.evaluation.embedding_cache import encode_unique
 
 
 class CountingModel:
@@ -199,7 +200,7 @@ def test_evaluate_answer_selection_groups_by_question():
 def test_encode_unique_encodes_each_text_once():
     model = CountingModel()
     texts = ["a", "b", "a", "c", "b", "a"]
-    out = encode_unique(model, texts, batch_size=2)
+    out = encode_normalized(model, texts, unique=True, batch_size=2).numpy()
     assert model.calls == 1
     assert model.encoded == ["a", "b", "c"]  # first-seen order, each once
     assert out.shape == (6, 8)
@@ -212,7 +213,14 @@ def test_encode_unique_encodes_each_text_once():
 def test_encode_unique_matches_plain_encode(tiny_model):
     texts = ["a man is playing a guitar.", "a woman slices an onion.", "a man is playing a guitar."]
     expected = tiny_model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
-    np.testing.assert_allclose(encode_unique(tiny_model, texts), expected, atol=1e-5)
+    np.testing.assert_allclose(encode_normalized(tiny_model, texts, unique=True).numpy(), expected, atol=1e-5)
+    as_given = encode_normalized(tiny_model, texts)
+    assert as_given.dtype == torch.float32 and as_given.device.type == "cpu"
+    np.testing.assert_array_equal(as_given.numpy(), expected)  # the same call as the model's own encode
+    queries = encode_normalized(tiny_model, texts, kind="query")
+    np.testing.assert_array_equal(queries.numpy(), tiny_model.encode_query(texts, normalize_embeddings=True, convert_to_numpy=True))
+    with pytest.raises(ValueError, match="^kind: expected 'text', 'query' or 'document', got 'passage'$"):
+        encode_normalized(tiny_model, texts, kind="passage")
 
 
 # --------------------------------------------------------------------------- tasks

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from contrastive_bert.evaluation.dense_retrieval import evaluate_retrieval, exact_search, stable_topk
+from contrastive_bert.evaluation.dense_retrieval import exact_search, stable_topk
 from contrastive_bert.evaluation.retrieval_metrics import rank_documents, retrieval_scores
 
 L3, L5 = math.log2(3), math.log2(5)
@@ -155,52 +155,3 @@ def test_exact_search_argument_errors():
         exact_search(torch.ones(2, 3), torch.ones(4, 5))
     with pytest.raises(ValueError, match="query_embeddings"):
         exact_search(torch.ones(3), torch.ones(4, 3))
-
-
-class _LookupModel:
-    """A stand-in encoder: each text's embedding is looked up in a table; records the calls."""
-
-    def __init__(self, table: dict[str, list[float]]):
-        self.table, self.calls, self.max_seq_length = table, [], 128
-
-    def _encode(self, kind, texts, **kwargs):
-        self.calls.append((kind, list(texts), self.max_seq_length))
-        return torch.tensor([self.table[t] for t in texts])
-
-    def encode_query(self, texts, **kwargs):
-        return self._encode("query", texts, **kwargs)
-
-    def encode_document(self, texts, **kwargs):
-        return self._encode("document", texts, **kwargs)
-
-
-def test_evaluate_retrieval_on_known_embeddings():
-    table = {"Q1": [1, 0], "Q2": [0, 1], "Q3": [1, 1], "D1": [1, 0.1], "D2": [0.1, 1], "D3": [-1, 0]}
-    model = _LookupModel(table)
-    corpus = {"d1": "D1", "d2": "D2", "d3": "D3"}
-    queries = {"q1": "Q1", "q2": "Q2", "q3": "Q3"}  # q3 is not judged: never encoded
-    qrels = {"q1": {"d1": 1}, "q2": {"d1": 2, "d2": 1}}
-    out = evaluate_retrieval(model, corpus, queries, qrels, corpus_max_seq_length=256, k_values=(1, 3))
-    assert model.calls == [("query", ["Q1", "Q2"], 128), ("document", ["D1", "D2", "D3"], 256)]
-    assert model.max_seq_length == 128  # restored
-    # q1: d1 first -> 1; q2: d2 (1) then d1 (2): DCG 1 + 2/log2 3 against ideal 2 + 1/log2 3
-    assert out["ndcg_at_1"] == pytest.approx(100 * (1 + 1 / 2) / 2)
-    assert out["main_score"] == out["ndcg_at_10"] == pytest.approx(100 * (1 + (1 + 2 / L3) / (2 + 1 / L3)) / 2)
-    assert out["num_queries"] == 2 and out["num_documents"] == 3
-
-
-def test_evaluate_retrieval_ignore_identical_ids():
-    model = _LookupModel({"A": [1, 0], "B": [0.9, 0.1]})
-    corpus, queries, qrels = {"x": "A", "y": "B"}, {"x": "A"}, {"x": {"y": 1}}
-    assert evaluate_retrieval(model, corpus, queries, qrels)["mrr_at_1"] == 0.0  # x retrieves itself first
-    assert evaluate_retrieval(model, corpus, queries, qrels, ignore_identical_ids=True)["mrr_at_1"] == 100.0
-
-
-def test_evaluate_retrieval_argument_errors():
-    model = _LookupModel({"A": [1, 0]})
-    with pytest.raises(ValueError, match="queries"):
-        evaluate_retrieval(model, {"d": "A"}, {}, {"q": {"d": 1}})
-    with pytest.raises(ValueError, match="corpus_max_seq_length"):
-        evaluate_retrieval(model, {"d": "A"}, {"q": "A"}, {"q": {"d": 1}}, corpus_max_seq_length=0)
-    with pytest.raises(ValueError, match="no query"):
-        evaluate_retrieval(model, {"d": "A"}, {"q": "A"}, {"q": {}})
