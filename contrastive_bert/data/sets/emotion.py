@@ -24,6 +24,7 @@ DATASET = DatasetSpec(
     read_file=read_file,
     label_names=("sadness", "joy", "love", "anger", "fear", "surprise"),  # dair-ai/emotion's id order
     hub_id="dair-ai/emotion",
+    hub_revision="cab853a1dbdf4c42c2b3ef2173804746df8825fe",
     reference="https://www.aclweb.org/anthology/D18-1404",
     licence="educational and research use only (dair-ai/emotion's terms)",
     citation="""@inproceedings{saravia-etal-2018-carer,

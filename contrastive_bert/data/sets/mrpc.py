@@ -23,6 +23,7 @@ DATASET = DatasetSpec(
     read_file=read_file,
     hub_id="nyu-mll/glue",
     hub_config="mrpc",
+    hub_revision="bcdcba79d07bc864c1c254ccfcedcce55bcc9a8c",
     reference="https://aclanthology.org/I05-5002/",
     licence="Microsoft Shared Source License (mrpc/LICENCE.html)",
     citation="""@inproceedings{dolan-brockett-2005-automatically,

@@ -26,6 +26,7 @@ DATASET = DatasetSpec(
     label_names=("negative", "positive"),
     hub_id="nyu-mll/glue",
     hub_config="sst2",
+    hub_revision="bcdcba79d07bc864c1c254ccfcedcce55bcc9a8c",
     hub_splits={"train": "train", "test": "validation"},  # GLUE hides its test labels: its dev set is the test set
     reference="https://aclanthology.org/D13-1170/",
     licence="the Stanford Sentiment Treebank's release terms (no licence file upstream)",

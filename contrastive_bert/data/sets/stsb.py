@@ -29,6 +29,7 @@ DATASET = DatasetSpec(
     files={"train": "sts-train.csv", "validation": "sts-dev.csv", "test": "sts-test.csv"},
     read_file=read_file,
     hub_id="sentence-transformers/stsb",
+    hub_revision="ab7a5ac0e35aa22088bdcf23e7fd99b220e53308",
     score_scale=5.0,
     reference="https://github.com/PhilipMay/stsb-multi-mt/",
     licence="scores CC-BY-SA-4.0; sentence texts under their sources' own terms (stsb/LICENSE.txt)",
