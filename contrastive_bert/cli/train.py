@@ -170,7 +170,15 @@ def recipe_from_args(args: argparse.Namespace) -> TrainingRecipe:
         return TrainingRecipe.from_dict(values)
     from contrastive_bert.training.output_dir import prepare_output_dir
 
-    output_dir = values.pop("output_dir", TrainingRecipe().output_dir)
+    defaults = TrainingRecipe()
+    if "output_dir" in values:
+        output_dir = values.pop("output_dir")
+    else:  # the folder a run of these data and loss was written to by default
+        from contrastive_bert.training.data_defaults import default_output_dir
+
+        datasets = values.get("datasets", defaults.datasets)
+        names = comma_list(datasets) if isinstance(datasets, str) else list(datasets)
+        output_dir = default_output_dir(names, values.get("loss", defaults.loss))
     if values.get("overwrite"):
         raise ValueError("overwrite, resume: choose one: --overwrite starts afresh, --resume continues the last checkpoint")
     if not _recorded_stages(output_dir):  # a staged run keeps its checkpoints under stage-<k>/

@@ -187,3 +187,12 @@ def test_mining_a_corpus_shows_progress_and_what_was_dropped(tmp_path, tiny_load
     if kept < 5:  # the rest: candidates above the positive's score (random tiny model)
         assert (f"{5 - kept} dropped: among their 100 most similar unjudged documents fewer than 3 score at most the "
                 "positive's score (--relative-margin 0 drops near-positives") in summary
+
+
+def test_resume_without_output_dir_finds_the_derived_folder(tmp_path, shared_data, tiny_loader, monkeypatch, capsys):
+    folder = _beir_folder(tmp_path / "my_corpus")
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--datasets", str(folder), *TINY_STEP, "--max-steps", "2"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--datasets", str(folder), "--resume"]) == 0
+    assert "already finished: the run in output/my_corpus-mnrl trained its 2 steps" in capsys.readouterr().out
