@@ -100,17 +100,28 @@ def test_retrieval_table_is_rendered_from_the_file_shape(tmp_path):
                 "dev": {"ndcg_at_10": 70.5},
                 "test": {"ndcg_at_10": stat(66.25, 0.75), "map_at_100": stat(61.5, 0.5), "recall_at_100": stat(92.0, 1.0)},
                 "stsb": stat(82.5, 0.0), "zero_shot": {k: stat(v, 0.0) for k, v in shots.items()},
-                "zero_shot_mean": stat(56.25, 0.0), "train_seconds": stat(900.4, 0.0)}},
+                "zero_shot_mean": stat(56.25, 0.0), "train_seconds": stat(900.4, 0.0), "rows_seconds": stat(150.6, 0.0),
+                "peak_rss_mb": stat(2100.2, 0.0)}},
+            "queue_diagnosis": {"queue_hard/0/0": {
+                "options": {"temperature": 0.05, "miner": {"range_max": 100}, "hard_negative_share": None},
+                "learning_rate": 2e-05, "dev_ndcg_at_10": 63.34, "last_loss": 2.55, "steps_with_full_queue": 40,
+                "full": {"hard_relevant": 0.125, "queue_relevant": 0.01, "age": 12.25, "gap": 0.0512, "distinct": 0.5, "weight": 22.75},
+                "thirds": []}},
             "missing_runs": {"mnrl": 4}},
         "environment": {"torch": "2.13"}}})
     assert render_docs.table_retrieval(results) == "\n".join([
         "*scifact*", "",
         "| method | chosen on dev (configs run/planned) | dev nDCG@10 | test nDCG@10: mean ± std (seeds) | test MAP@100 "
-        "| test Recall@100 | STS-B test | zero-shot mean (B77 / emotion / SST-2) | train s |",
-        "|---|---|---|---|---|---|---|---|---|",
-        "| untrained |  | 67.00 | 64.50 | 60.25 | 92.50 | 82.00 | 56.5 (60.2 / 39.5 / 70.0) |  |",
-        "| MNRL (ST) | scale 20.0, lr 2e-05 (1/3) | 70.50 | 66.25 ± 0.75 (3) | 61.50 | 92.00 | 82.50 | 56.2 (60.2 / 39.5 / 70.0) | 900 |",
+        "| test Recall@100 | STS-B test | zero-shot mean (B77 / emotion / SST-2) | mining s | train s | peak MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| untrained |  | 67.00 | 64.50 | 60.25 | 92.50 | 82.00 | 56.5 (60.2 / 39.5 / 70.0) |  |  |  |",
+        "| MNRL (ST) | scale 20.0, lr 2e-05 (1/3) | 70.50 | 66.25 ± 0.75 (3) | 61.50 | 92.00 | 82.50 | 56.2 (60.2 / 39.5 / 70.0) "
+        "| 151 | 900 | 2100 |",
         "", "Runs still missing (configurations + seeds of the plan): `mnrl` 4"])
+    # the queue diagnosis: shares in percent, the miner's settings inline, unset options left out
+    assert render_docs.table_retrieval_queue_diagnosis(results).splitlines()[2] == (
+        "| scifact/queue_hard/0/0 | temperature 0.05, miner.range_max 100, lr 2e-05 | 63.34 | 2.55 | 40 | 12.5% | 1.0% "
+        "| 12.2 | 0.051 | 0.50 | 22.8 |")
 
 
 def test_readme_standings_need_their_markers(tmp_path):
