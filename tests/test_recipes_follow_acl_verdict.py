@@ -19,7 +19,8 @@ METHOD_OPTIONS = {
     "acl_embed_encoded": {"mode": "acl", "label_embedding": "encoded"},
 }
 # recipe, the stage that trains the classifier, the data set whose verdict it follows
-RECIPES = [("emotion_acl.yaml", None, "emotion"), ("emotion_multi_exit.yaml", 0, "emotion"), ("banking77_acl.yaml", None, "banking77")]
+RECIPES = [("emotion_acl.yaml", None, "emotion"), ("emotion_multi_exit.yaml", 0, "emotion"), ("banking77_acl.yaml", None, "banking77"),
+           ("banking77_multi_exit.yaml", 0, "banking77")]
 
 
 @pytest.mark.parametrize(("recipe", "stage", "dataset"), RECIPES)
