@@ -40,7 +40,16 @@ from contrastive_bert.inference.exit_criteria import DEFAULT_CRITERION, MAX_ACCU
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EarlyExitClassifier", "EarlyExitResult", "choose_on_dev", "default_settings", "sweep_thresholds"]
+__all__ = [
+    "EarlyExitClassifier",
+    "EarlyExitResult",
+    "choose_on_dev",
+    "default_settings",
+    "exit_probabilities",
+    "simulate_early_exit",
+    "simulated_sweep",
+    "sweep_thresholds",
+]
 
 
 @dataclass
@@ -143,6 +152,14 @@ class EarlyExitClassifier:
     def device(self) -> torch.device:
         return next(self.heads.parameters()).device
 
+    def _ensure_eval(self) -> None:
+        """Eval mode (no dropout), set only when the model, its encoder or its heads are in training
+        mode (``model.train()`` sets them all): ``model.eval()`` walks every submodule (~150 modules,
+        ~7,000 Python calls on MiniLM), a fixed cost of every call that at batch 1 was about a
+        quarter of an early-exit call's time outside the layers and heads."""
+        if self.model.training or self.encoder.auto_model.training or self.heads.training:
+            self.model.eval()
+
     def tokenize(self, texts: list[str]) -> dict[str, Tensor]:
         """Token ids, attention mask (and token types) (b, T), as ``model.preprocess`` gives them."""
         if self.tokenizer is None:
@@ -162,7 +179,7 @@ class EarlyExitClassifier:
             raise ValueError("texts: expected a non-empty list of strings")
         if any(not isinstance(text, str) or not text.strip() for text in texts):
             raise ValueError("texts: every text must be a non-empty string")
-        self.model.eval()
+        self._ensure_eval()
         n, num_classes = len(texts), len(self.heads.label_names)
         predictions = np.zeros(n, dtype=np.int64)
         probabilities = np.zeros((n, num_classes), dtype=np.float32)
@@ -369,3 +386,78 @@ def choose_on_dev(dev: dict[str, Any], max_loss: float = MAX_ACCURACY_LOSS) -> d
         return None
     best = min(within, key=lambda s: (s["avg_layers"], -s["accuracy"]))
     return {**best, "full_accuracy": full, "accuracy_loss": round(full - best["accuracy"], 2)}
+
+
+@torch.inference_mode()
+def exit_probabilities(model: nn.Module, texts: Sequence[str], batch_size: int = 64) -> dict[int, np.ndarray]:
+    """Class probabilities (n, K) of every head of ``model`` (each exit and the final classifier)
+    on ``texts``: ``{layer: probabilities}``, all layers run on every row (one forward per batch),
+    texts cut at the model's ``max_seq_length`` as early exit cuts them. What
+    :func:`simulate_early_exit` needs to answer any criterion and threshold without running again."""
+    from contrastive_bert.heads.exits import exit_outputs
+
+    if isinstance(texts, str) or len(texts) == 0:
+        raise ValueError("texts: expected a non-empty list of strings")
+    classifier = EarlyExitClassifier(model, "none", batch_size=batch_size)
+    classifier._ensure_eval()
+    parts: dict[int, list[np.ndarray]] = {layer: [] for layer in classifier.heads.head_layers}
+    for start in range(0, len(texts), batch_size):
+        features = classifier.tokenize(list(texts[start : start + batch_size]))
+        logits = exit_outputs(model, features)["exit_logits"]
+        for layer in parts:
+            parts[layer].append(logits[layer].float().softmax(-1).cpu().numpy())
+    return {layer: np.concatenate(chunks) for layer, chunks in parts.items()}
+
+
+def simulate_early_exit(
+    probabilities: dict[int, np.ndarray], criterion: str | ExitCriterion, threshold: float | int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(predictions (n,), layers used (n,)) that early exit with ``criterion`` gives, computed from
+    every head's probabilities (:func:`exit_probabilities`): rows are independent, so each row
+    leaves at the first exit whose decision fires, else at the last layer, exactly as
+    :meth:`EarlyExitClassifier.predict` decides it (up to float rounding at a threshold)."""
+    rule = get_criterion(criterion, threshold)
+    layers = sorted(probabilities)
+    if not layers:
+        raise ValueError("probabilities: expected the probabilities of at least one head")
+    n = probabilities[layers[0]].shape[0]
+    predictions = np.zeros(n, dtype=np.int64)
+    used = np.full(n, layers[-1], dtype=np.int64)
+    running = np.ones(n, dtype=bool)
+    history: list[Tensor] = []
+    for layer in layers:
+        probs = torch.from_numpy(np.asarray(probabilities[layer], dtype=np.float32))
+        history.append(probs.argmax(-1))
+        if layer == layers[-1]:
+            predictions[running] = history[-1].numpy()[running]
+            break
+        done = rule.should_exit(probs, torch.stack(history, dim=1)).numpy() & running
+        predictions[done], used[done] = history[-1].numpy()[done], layer
+        running &= ~done
+    return predictions, used
+
+
+def simulated_sweep(
+    probabilities: dict[int, np.ndarray], labels: Sequence[int], settings: Sequence[tuple[str, float | int]]
+) -> dict[str, Any]:
+    """Accuracy (percent) and average layers of the full model (the last head), of every head on
+    its own (``exits``) and of each early-exit setting, from :func:`exit_probabilities`: the
+    accuracy part of :func:`sweep_thresholds` without timing, so that :func:`choose_on_dev` can
+    choose on it. Returns ``{"full": {...}, "exits": {layer: accuracy}, "sweep": [{"criterion",
+    "threshold", "accuracy", "avg_layers"}, ...]}``."""
+    gold = np.asarray(labels)
+    layers = sorted(probabilities)
+    if gold.shape[0] != probabilities[layers[-1]].shape[0]:
+        raise ValueError(f"labels: expected {probabilities[layers[-1]].shape[0]} labels, got {gold.shape[0]}")
+
+    def accuracy(predicted: np.ndarray) -> float:
+        return round(float((predicted == gold).mean() * 100.0), 2)
+
+    exits = {layer: accuracy(probabilities[layer].argmax(-1)) for layer in layers}
+    out: dict[str, Any] = {"full": {"accuracy": exits[layers[-1]], "avg_layers": float(layers[-1])}, "exits": exits, "sweep": []}
+    for criterion, value in settings:
+        predicted, used = simulate_early_exit(probabilities, criterion, value)
+        rule = get_criterion(criterion, value)
+        out["sweep"].append({"criterion": rule.name, "threshold": rule.threshold, "accuracy": accuracy(predicted),
+                             "avg_layers": round(float(used.mean()), 3)})
+    return out
