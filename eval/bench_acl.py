@@ -21,8 +21,8 @@ chosen configuration's seeds):
 
 Resumable (``contrastive_bert.benchmarking.RunLog``): every finished run is one line of the run
 log (``acl_quality_runs.jsonl``) and is skipped on restart; ``acl_quality.json`` (``{data set: {regime: {method: {...}}}}``) and
-``acl_quality_protocol.json`` (the protocol, the shrunk training samples, ACL-Grad's cost, the
-environment) are rebuilt from the log after every run and are valid with partial results. Run in the background:
+``acl_quality_protocol.json`` (the protocol, the shrunk training samples, ACL-Grad's cost), each
+with the environment block, are rebuilt from the log after every run and are valid with partial results. Run in the background:
 
     OMP_NUM_THREADS=1 nohup .venv/bin/python eval/bench_acl.py > /tmp/bench_acl.log 2>&1 &
 
@@ -49,12 +49,11 @@ import torch
 from contrastive_bert.benchmarking import (
     RunLog,
     add_common_arguments,
-    environment,
     json_safe,
     mean_std,
     run_key as stable_key,
     setup_from_args,
-    write_json,
+    write_results,
 )
 from contrastive_bert.inference.general_ability import general_ability, summarize_general
 
@@ -400,7 +399,7 @@ def _config_of(run: dict) -> dict:
 
 def build_summary(log: list[dict], args) -> tuple[dict, dict]:
     """``{data set: {regime: {method: {...}}}}`` from the run log (partial results allowed), and the
-    protocol, ACL-Grad's cost and the environment (written next to it)."""
+    protocol and ACL-Grad's cost (written next to it)."""
     runs = {r["key"]: r for r in log}
     summary: dict = {}
     for dataset in DATASETS:
@@ -449,7 +448,6 @@ def build_summary(log: list[dict], args) -> tuple[dict, dict]:
             "setfit": "not run: over the 8 h budget",
             "max_steps_cap": args.max_steps, "eval_rows_cap": args.eval_rows,
         },
-        "environment": environment(args.device),
     }
 
 
@@ -604,8 +602,8 @@ def write_summary(log: list[dict], args) -> None:
     summary, protocol = build_summary(log, args)
     protocol["label_names"] = {"what": "cosine of the bare label names under the untrained default model (the encoded head's starting anchors)",
                                **label_name_geometry(args.data_dir, args.device)}
-    write_json(output, summary, indent=1)  # {data set: ...} at the top: the environment is in the protocol file
-    write_json(output.with_name(f"{output.stem}_protocol.json"), protocol, indent=1)
+    write_results(output, summary, device=args.device, indent=1)
+    write_results(output.with_name(f"{output.stem}_protocol.json"), protocol, device=args.device, indent=1)
     if any(r.get("exact_angles") for r in log):
         plot_angles(log, output.with_name("acl_grad_angle_hist.png"))
 

@@ -10,7 +10,8 @@ Sized for 2 shared CPU cores: ``--train-size`` training rows (``max_train_sample
 stratified ``--test-size`` subsample of the test split. Reference row ``truncated``: the stage-1
 classifier applied to each layer's pooled embedding (no exit training).
 
-Writes ``eval/results/multi_exit.json`` (merged per data set) and ``multi_exit_<dataset>.png``.
+Writes ``eval/results/multi_exit.json`` (merged per data set, with the environment block of the
+latest run) and ``multi_exit_<dataset>.png``.
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python eval/bench_multi_exit.py --datasets banking77`` (``--seeds 0``: one
 seed; ``--only acl_cl,ce``: methods)
 """
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from contrastive_bert.benchmarking import add_common_arguments, selected, setup_from_args, write_json
+from contrastive_bert.benchmarking import add_common_arguments, selected, setup_from_args, write_results
 
 logger = logging.getLogger("bench_multi_exit")
 METHODS = ("acl_cl", "ce", "kd")
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.datasets:
         result = run_dataset(name, args)
         merged[name] = result
-        write_json(output, merged)  # {data set: ...} at the top, as before: no environment block
+        write_results(output, merged, device=args.device)  # {data set: ..., "environment": where the last one ran}
         plot(result, output.with_name(f"{output.stem}_{name}.png"))  # multi_exit.json -> multi_exit_<name>.png
         print(json.dumps(result["summary"]["acl_cl_gain"], indent=1))
 

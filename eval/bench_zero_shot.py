@@ -41,13 +41,12 @@ import torch
 from contrastive_bert.benchmarking import (
     RunLog,
     add_common_arguments,
-    environment,
     json_safe,
     mean_std,
     run_key,
     selected,
     setup_from_args,
-    write_json,
+    write_results,
 )
 
 logger = logging.getLogger("bench_zero_shot")
@@ -259,7 +258,6 @@ def summarize(log: list[dict], args) -> dict:
                     "tau and learning rates fixed",
             "tune_configs": TUNE_CONFIGS, "dev_held_out_intents": DEV_HELD_OUT,
         },
-        "environment": environment(args.device),
     }
 
 
@@ -275,7 +273,7 @@ def main(argv=None) -> int:
     seeds = args.seeds
     log = RunLog(args.run_log)
     if args.summary_only:
-        write_json(args.output, summarize(log.records(), args), indent=1)
+        write_results(args.output, summarize(log.records(), args), device=args.device, indent=1)
         return 0
     data = load_data(args)
     held_names = [data["names"][k] for k in data["held"]]
@@ -297,8 +295,8 @@ def main(argv=None) -> int:
         logger.info("done: %s", record.get("scores", record.get("dev")))
         if args.tune:  # the chosen configuration's runs appear once its dev runs are done
             specs = tuned_specs(log.records(), methods, seeds)
-        write_json(args.output, summarize(log.records(), args), indent=1)
-    write_json(args.output, summarize(log.records(), args), indent=1)
+        write_results(args.output, summarize(log.records(), args), device=args.device, indent=1)
+    write_results(args.output, summarize(log.records(), args), device=args.device, indent=1)
     return 0
 
 

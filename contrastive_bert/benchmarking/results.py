@@ -107,8 +107,10 @@ def write_json(path: str | Path, payload: Any, indent: int = 2) -> Path:
     return path
 
 
-def write_results(path: str | Path, payload: dict, device: str | None = None) -> Path:
-    """Write ``payload`` plus ``"environment"`` (see :func:`environment`) as pretty JSON, atomically."""
+def write_results(path: str | Path, payload: dict, device: str | None = None, indent: int = 2) -> Path:
+    """Write ``payload`` plus ``"environment"`` (see :func:`environment`) as pretty JSON, atomically:
+    every results file of ``eval/`` is written through here (``payload``'s own ``"environment"``,
+    if any, is replaced)."""
     if not isinstance(payload, dict):
         raise ValueError(f"payload: expected a dict, got {type(payload).__name__}")
-    return write_json(path, {**payload, "environment": environment(device)})
+    return write_json(path, {**payload, "environment": environment(device)}, indent=indent)
