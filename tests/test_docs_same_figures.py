@@ -1,0 +1,81 @@
+"""The rendered docs show the same figures before and after the benchmarks moved onto the shared
+protocol (contrastive_bert.benchmarking.protocol) and its one result shape (issue 29).
+
+``tests/fixtures/rendered_figures.json`` holds, per section of docs/results.md and
+docs/results_archive.md and per README block, the numbers the renderer wrote from the results
+files of the run logs it names (their SHA-256), captured before the change. While those logs are
+unchanged, rendering now must give the same numbers in the same order. Once a benchmark appends
+runs the figures may move: the test then skips, naming the log; re-capture with
+``python tests/test_docs_same_figures.py --write``. Only the sections of the migrated benchmarks
+(pairs, ACL, zero-shot) are compared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "rendered_figures.json"
+RUN_LOGS = ("acl_quality_runs.jsonl", "pairs_quality_runs.jsonl", "zero_shot_runs.jsonl")
+# The sections drawn from the benchmarks on the shared protocol (the others are not on it).
+SECTIONS = ("## Pairs: answer selection and STS", "## ACL on labelled data", "## Zero-shot on unseen intents",
+            "## ACL at 40 steps")
+NUMBER = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?%?")
+
+
+def _renderer():
+    spec = importlib.util.spec_from_file_location("render_docs_figures", ROOT / "scripts" / "render_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _sections(text: str) -> dict[str, list[str]]:
+    """Numbers per ``## `` section (the text before the first heading: ``""``)."""
+    sections: dict[str, list[str]] = {}
+    heading = ""
+    for line in text.splitlines():
+        if line.startswith("## "):
+            heading = line.strip()
+        sections.setdefault(heading, []).extend(NUMBER.findall(line))
+    return {k: v for k, v in sections.items() if k in SECTIONS}
+
+
+def figures() -> dict[str, dict[str, list[str]]]:
+    render_docs = _renderer()
+    results = render_docs.Results(ROOT / "eval" / "results")
+    pages = {name: _sections(render_docs.render_results_page(f"{name}.in", results))
+             for name in ("results.md", "results_archive.md")}
+    pages["README.md"] = {f"{begin} ... {end}": NUMBER.findall(render(results))
+                          for (begin, end), render in render_docs.README_BLOCKS.items()}
+    return pages
+
+
+def log_hashes() -> dict[str, str]:
+    return {name: hashlib.sha256((ROOT / "eval" / "results" / name).read_bytes()).hexdigest() for name in RUN_LOGS}
+
+
+def test_rendered_docs_show_the_figures_captured_before_the_shared_protocol():
+    fixture = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    changed = [name for name, digest in log_hashes().items() if fixture["run_logs"].get(name) != digest]
+    if changed:
+        pytest.skip(f"run logs changed since the figures were captured: {', '.join(changed)}")
+    now = figures()
+    for page, sections in fixture["figures"].items():
+        assert list(now[page]) == list(sections), page
+        for section, numbers in sections.items():
+            assert now[page][section] == numbers, f"{page}: {section}"
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+    FIXTURE.parent.mkdir(parents=True, exist_ok=True)
+    FIXTURE.write_text(json.dumps({"run_logs": log_hashes(), "figures": figures()}, indent=1, ensure_ascii=False) + "\n",
+                       encoding="utf-8")
+    print(f"wrote {FIXTURE.relative_to(ROOT)}")
