@@ -132,12 +132,16 @@ def profile(model, texts: list[str], criterion: str = "margin", threshold: float
         "full_model_ms": round(statistics.median(full_ms), 3), "early_exit_ms": round(statistics.median(early_ms), 3),
         "speedup_median": round(statistics.median(full_ms) / statistics.median(early_ms), 2),
         "instrumented_call_ms": round(call, 3), "pieces_ms": pieces, "other_ms": round(call - timed_total, 3),
-        "layer_ms_mean": round(statistics.fmean(v for k, v in pieces.items() if k.startswith("layer_")), 3),
+        "per_call_ms": {name: round(ms / timer.calls[name], 3) for name, ms in sorted(timer.ms.items())},
+        "layer_ms_per_call": round(sum(v for k, v in timer.ms.items() if k.startswith("layer_"))
+                                   / max(1, sum(c for k, c in timer.calls.items() if k.startswith("layer_"))), 3),
         "outside_layers_ms": round(call - sum(v for k, v in pieces.items() if k.startswith("layer_")), 3),
         "full_instrumented_call_ms": round(full_call, 3), "full_pieces_ms": full_pieces,
         "full_other_ms": round(full_call - sum(full_timer.ms.values()) / n, 3),
-        "note": "CPU milliseconds per sentence (batch 1, one thread); pieces and other from the instrumented calls "
-                "(the wrappers add a few microseconds each), full_model_ms / early_exit_ms from uninstrumented calls",
+        "note": "CPU milliseconds per sentence (batch 1, one thread): pieces_ms per sentence (a deeper layer or head "
+                "counts only for the rows that reach it), per_call_ms per call of that piece; pieces and other from the "
+                "instrumented calls (the wrappers add a few microseconds each), full_model_ms / early_exit_ms from "
+                "uninstrumented calls",
     }
     if profiler is not None:
         stream = io.StringIO()
