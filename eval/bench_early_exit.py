@@ -39,7 +39,9 @@ checkpoint under ``--work-dir``. ``early_exit.json`` is rebuilt after every reco
 environment block; the numbers measured before issue 28 (on the old 300-step backbone) stay in it
 under ``old_300_step_backbone``.
 
-Run (about 5 h of CPU on 2 cores, see the report of issue 28):
+Run (about 2.5 h of CPU on one torch thread, 3-4 h wall while another benchmark shares the 2 cores:
+Banking77 ~1 h: stage 1 ~15 min, each stage-2 seed ~8 min, the AdaptiveLayerLoss model ~20 min;
+emotion ~1.5 h: 16,000 training rows, stage 1 ~20 min, each seed ~12 min, AdaptiveLayerLoss ~30 min):
 
     OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false nohup .venv/bin/python eval/bench_early_exit.py > /tmp/bench_early_exit.log 2>&1 &
 

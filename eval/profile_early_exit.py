@@ -98,17 +98,23 @@ def profile(model, texts: list[str], criterion: str = "margin", threshold: float
     instrument(classifier, timer)
     layers, calls_ms = [], []
     profiler = cProfile.Profile() if use_cprofile else None
-    for text in texts:
-        start = time.process_time()
-        if profiler is not None:
-            profiler.enable()
-        result = classifier.predict([text])
-        if profiler is not None:
-            profiler.disable()
-        calls_ms.append((time.process_time() - start) * 1000.0)
-        layers.append(float(result.avg_layers))
+    try:
+        for text in texts:
+            start = time.process_time()
+            if profiler is not None:
+                profiler.enable()
+            result = classifier.predict([text])
+            if profiler is not None:
+                profiler.disable()
+            calls_ms.append((time.process_time() - start) * 1000.0)
+            layers.append(float(result.avg_layers))
+    finally:
+        del classifier.heads.forward_layer  # the heads are the model's: its own method again
     n = len(texts)
     pieces = {name: round(ms / n, 3) for name, ms in sorted(timer.ms.items())}
+    per_call = {name: round(ms / timer.calls[name], 3) for name, ms in sorted(timer.ms.items())}
+    layer_per_call = sum(v for k, v in timer.ms.items() if k.startswith("layer_")) / max(
+        1, sum(c for k, c in timer.calls.items() if k.startswith("layer_")))
     timed_total = sum(timer.ms.values()) / n
     call = statistics.fmean(calls_ms)
     full = EarlyExitClassifier(model, criterion, threshold, batch_size=1)
@@ -124,7 +130,7 @@ def profile(model, texts: list[str], criterion: str = "margin", threshold: float
             full.predict_full([text])
             full_calls.append((time.process_time() - start) * 1000.0)
     finally:
-        del full.encoder.auto_model.forward  # the module's own forward again
+        del full.encoder.auto_model.forward, full.heads.forward_layer  # the modules' own methods again
     full_call = statistics.fmean(full_calls)
     full_pieces = {name: round(ms / n, 3) for name, ms in sorted(full_timer.ms.items())}
     out = {
@@ -132,9 +138,7 @@ def profile(model, texts: list[str], criterion: str = "margin", threshold: float
         "full_model_ms": round(statistics.median(full_ms), 3), "early_exit_ms": round(statistics.median(early_ms), 3),
         "speedup_median": round(statistics.median(full_ms) / statistics.median(early_ms), 2),
         "instrumented_call_ms": round(call, 3), "pieces_ms": pieces, "other_ms": round(call - timed_total, 3),
-        "per_call_ms": {name: round(ms / timer.calls[name], 3) for name, ms in sorted(timer.ms.items())},
-        "layer_ms_per_call": round(sum(v for k, v in timer.ms.items() if k.startswith("layer_"))
-                                   / max(1, sum(c for k, c in timer.calls.items() if k.startswith("layer_"))), 3),
+        "per_call_ms": per_call, "layer_ms_per_call": round(layer_per_call, 3),
         "outside_layers_ms": round(call - sum(v for k, v in pieces.items() if k.startswith("layer_")), 3),
         "full_instrumented_call_ms": round(full_call, 3), "full_pieces_ms": full_pieces,
         "full_other_ms": round(full_call - sum(full_timer.ms.values()) / n, 3),
