@@ -589,6 +589,35 @@ STANDINGS = [  # (what, file, baseline path(s), label(s), ours, label); of sever
 ]
 
 
+def retrieval_standing(results: Results, setting: str = "scifact") -> list[str] | None:
+    """The README row of retrieval_quality.json's ``verdict``: the best sentence-transformers method
+    and the best of ours, both chosen on dev, test nDCG@10, ours minus theirs paired by seed (or,
+    while seeds are pending, the seed-0 figures said as such)."""
+    if not results.has("retrieval_quality") or setting not in results["retrieval_quality"]:
+        return None
+    block = results["retrieval_quality"][setting]
+    verdict, methods = block.get("verdict") or {}, block["methods"]
+    theirs, ours = verdict.get("baseline"), verdict.get("ours")
+    if theirs is None:
+        return None
+    name = {"scifact": "SciFact", "nfcorpus": "NFCorpus", "nfcorpus_cpu": "NFCorpus (CPU protocol)"}.get(setting, setting)
+    what = f"{name} test nDCG@10 (dev-chosen; untrained {fmt(block['untrained']['test']['ndcg_at_10'])})"
+
+    def cell(name: str) -> str:
+        label = RETRIEVAL_LABELS.get(name, f"`{name}`").removesuffix(" (ST)")
+        return f"{label} {fmt(methods[name]['test']['ndcg_at_10'], seeds=True)}"
+
+    if ours is None:
+        return [what, cell(theirs), "not run yet", "", link("retrieval_quality", "eval/results")]
+    paired = verdict.get("ours_minus_baseline")
+    if verdict.get("pending") or paired is None:
+        difference = (f"{mean_of(methods[ours]['test']['ndcg_at_10']) - mean_of(methods[theirs]['test']['ndcg_at_10']):+.2f} "
+                      "(seeds pending)")
+    else:
+        difference = f"{paired['mean']:+.2f} ± {paired['std']:.2f}, {paired['seeds_won']} of {len(paired['seeds'])} seeds"
+    return [what, cell(theirs), cell(ours), difference, link("retrieval_quality", "eval/results")]
+
+
 def standings_table(results: Results) -> str:
     rows = []
     for what, stem, theirs, their_label, ours, our_label in STANDINGS:
@@ -599,6 +628,9 @@ def standings_table(results: Results) -> str:
         b = lookup(data, ours)
         rows.append([what, f"{their_label} {fmt(a)}", f"{our_label} {fmt(b)}", f"{mean_of(b) - mean_of(a):+.2f}",
                      link(stem, "eval/results")])
+    retrieval = retrieval_standing(results)
+    if retrieval is not None:
+        rows.append(retrieval)
     return table(["measured on", "baseline (sentence-transformers' loss; labelled data: the better of CE and CE + SupCon)",
                   "this package", "difference", "file"], rows)
 

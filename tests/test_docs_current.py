@@ -40,7 +40,7 @@ def test_every_builtin_data_set_has_a_card_with_its_licence():
 def test_readme_standings_link_their_files_and_quote_them():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     results = render_docs.Results()
-    pairs = results["pairs_quality"]["sts"]["methods"]["cosent"]["test"]
+    pairs = results["pairs_quality"]["settings"]["sts"]["cosent"]["test"]["main_score"]
     assert f"CoSENT {pairs['mean']:.2f} ± {pairs['std']:.2f}" in readme
     for _, stem, *_ in render_docs.STANDINGS:
         assert f"(eval/results/{stem}.json)" in readme
@@ -122,6 +122,23 @@ def test_retrieval_table_is_rendered_from_the_file_shape(tmp_path):
     assert render_docs.table_retrieval_queue_diagnosis(results).splitlines()[2] == (
         "| scifact/queue_hard/0/0 | temperature 0.05, miner.range_max 100, lr 2e-05 | 63.34 | 2.55 | 40 | 12.5% | 1.0% "
         "| 12.2 | 0.051 | 0.50 | 22.8 |")
+
+
+def test_retrieval_standing_pairs_ours_with_the_best_baseline_by_seed(tmp_path):
+    stat = lambda values: {"mean": sum(values) / len(values), "std": 0.5, "values": values}  # noqa: E731
+    method = lambda baseline, values: {"baseline": baseline, "test": {"ndcg_at_10": stat(values)}}  # noqa: E731
+    block = {"untrained": {"test": {"ndcg_at_10": 64.5}},
+             "methods": {"mnrl_st_mined": method(True, [70.0, 71.0, 72.0]), "mnrl_corpus_mined": method(False, [71.0, 71.5, 73.0])},
+             "verdict": {"baseline": "mnrl_st_mined", "ours": "mnrl_corpus_mined", "pending": False,
+                         "ours_minus_baseline": {"mean": 0.83, "std": 0.29, "seeds": [0, 1, 2], "seeds_won": 3}}}
+    results = _results(tmp_path, {"retrieval_quality": {"scifact": block}})
+    row = render_docs.retrieval_standing(results)
+    assert row[:4] == ["SciFact test nDCG@10 (dev-chosen; untrained 64.50)",
+                       "MNRL on `mine_hard_negatives` triplets 71.00 ± 0.50 (3)",
+                       "MNRL on corpus-mined triplets (ours, no queue) 71.83 ± 0.50 (3)", "+0.83 ± 0.29, 3 of 3 seeds"]
+    block["verdict"]["pending"] = True  # seeds still to run: the seed-0 difference, said as such
+    results = _results(tmp_path, {"retrieval_quality": {"scifact": block}})
+    assert render_docs.retrieval_standing(results)[3] == "+0.83 (seeds pending)"
 
 
 def test_readme_standings_need_their_markers(tmp_path):
