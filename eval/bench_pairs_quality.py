@@ -32,7 +32,6 @@ import logging
 import math
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,7 @@ from contrastive_bert.benchmarking import (
     setup_from_args,
     write_results,
 )
+from contrastive_bert.benchmarking.protocol import Grid, Method
 from contrastive_bert.data import labelled_negative_triplets, load_dataset, resolve_data_dir
 from contrastive_bert.evaluation.tasks import evaluate_split
 from contrastive_bert.inference.general_ability import general_ability, summarize_general, zero_shot_accuracy
@@ -65,18 +65,13 @@ MAX_SEQ_LENGTH = 64
 ZERO_SHOT_TEMPLATE = "This text is about {}."
 
 
-@dataclass(frozen=True)
-class Method:
-    """One row of the table: a loss (its loss-registry name), its training-data format, and the
-    configurations tuned on dev."""
-
-    loss: str
-    baseline: bool
-    configs: tuple[dict[str, Any], ...]  # each: loss options plus optional "learning_rate"
-    data_format: str | None = None  # None: the registry entry's; "triplets": offline-mined (a, p, n); "qa_triplets"
-    batch_size: int = BATCH_SIZE
-    settings: tuple[str, ...] = ("sts", "answer_selection")
-    note: str = ""
+def method(name: str, loss: str, baseline: bool, configs: tuple[dict[str, Any], ...], rows: str | None = None,
+           batch_size: int = BATCH_SIZE, settings: tuple[str, ...] = ("sts", "answer_selection"), note: str = "") -> Method:
+    """One row of the table: a loss (its loss-registry name), the configurations tuned on dev (loss
+    options plus optional ``learning_rate``), its training rows (None: the loss's format;
+    ``"triplets"``: offline-mined (a, p, n); ``"qa_triplets"``: labelled wrong answers)."""
+    return Method(name, loss, configs, rows=rows, settings=settings,
+                  fields={"baseline": baseline, "batch_size": batch_size, "data_format": rows, "note": note})
 
 
 # Answer selection has 93 distinct questions: no batch of 256 pairs without a repeated anchor exists,
@@ -85,66 +80,67 @@ NO_LARGE_BATCH = "sts only: answer selection has 93 distinct questions, fewer th
 LR = (2e-5, 5e-5)  # the shared knob: every method gets the same two learning rates ...
 # ... and, where it has one, a third configuration of its own temperature/scale at the first rate.
 METHODS: dict[str, Method] = {
-    "mnrl": Method("mnrl", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
+    "mnrl": method("mnrl", "mnrl", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
                                   {"scale": 50.0, "learning_rate": LR[0]})),
-    "cosent": Method("cosent", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
+    "cosent": method("cosent", "cosent", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
                                       {"scale": 50.0, "learning_rate": LR[0]}), settings=("sts",)),
-    "queue_cosent": Method("queue_cosent", False, (
+    "queue_cosent": method("queue_cosent", "queue_cosent", False, (
         # CoSENT's gradient is ~70x the InfoNCE parts' at equal weights (norm 100 vs 1.36 on one
         # STS-B batch), so the InfoNCE term needs a weight of 10-100 to matter at all.
         {"infonce_weight": 10.0, "temperature": 0.05, "learning_rate": LR[0]},
         {"infonce_weight": 30.0, "temperature": 0.05, "learning_rate": LR[0]},
         {"infonce_weight": 30.0, "temperature": 0.05, "learning_rate": LR[1]}), settings=("sts",),
         note="CoSENT over all STS-B train pairs + queue InfoNCE over pairs >= 0.8, pairs <= 0.4 as negatives"),
-    "queue_guide": Method("queue_infonce", False, (
+    "queue_guide": method("queue_guide", "queue_infonce", False, (
         {"temperature": 0.05, "guide_model": "default", "learning_rate": LR[0]},
         {"temperature": 0.05, "guide_model": "default", "learning_rate": LR[1]},
         {"temperature": 0.02, "guide_model": "default", "learning_rate": LR[0]}),
         note="queue negatives vetoed by the frozen bundled model (GISTEmbed's rule)"),
-    "queue_hard": Method("queue_infonce", False, (
+    "queue_hard": method("queue_hard", "queue_infonce", False, (
         {"temperature": 0.05, "num_hard_negatives": 8, "hard_negative_share": 0.15, "learning_rate": LR[0]},
         {"temperature": 0.05, "num_hard_negatives": 8, "hard_negative_share": 0.15, "learning_rate": LR[1]},
         {"temperature": 0.02, "num_hard_negatives": 8, "hard_negative_share": 0.15, "learning_rate": LR[0]})),
-    "angle": Method("angle", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
+    "angle": method("angle", "angle", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
                                     {"scale": 50.0, "learning_rate": LR[0]}),
                     settings=("sts",)),
-    "queue": Method("queue_infonce", False, (
+    "queue": method("queue", "queue_infonce", False, (
         {"temperature": 0.05, "learning_rate": LR[0]}, {"temperature": 0.05, "learning_rate": LR[1]},
         {"temperature": 0.02, "learning_rate": LR[0]})),
-    "gist": Method("gist", True, ({"temperature": 0.01, "learning_rate": LR[0]}, {"temperature": 0.01, "learning_rate": LR[1]},
-                                  {"temperature": 0.05, "learning_rate": LR[0]}), data_format="pairs",
+    "gist": method("gist", "gist", True, ({"temperature": 0.01, "learning_rate": LR[0]}, {"temperature": 0.01, "learning_rate": LR[1]},
+                                  {"temperature": 0.05, "learning_rate": LR[0]}), rows="pairs",
                    note="guide: the frozen bundled model"),
-    "mnrl_hardness": Method("mnrl", True, (
+    "mnrl_hardness": method("mnrl_hardness", "mnrl", True, (
         {"hardness_mode": "in_batch_negatives", "hardness_strength": 1.0, "learning_rate": LR[0]},
         {"hardness_mode": "in_batch_negatives", "hardness_strength": 1.0, "learning_rate": LR[1]},
         {"hardness_mode": "in_batch_negatives", "hardness_strength": 5.0, "learning_rate": LR[0]})),
-    "mnrl_mined": Method("mnrl", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
-                                        {"scale": 50.0, "learning_rate": LR[0]}), data_format="triplets",
+    "mnrl_mined": method("mnrl_mined", "mnrl", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
+                                        {"scale": 50.0, "learning_rate": LR[0]}), rows="triplets",
                          note="triplets mined offline by the untrained model (ST mine_hard_negatives, relative margin 0.05)"),
-    "cached_mnrl": Method("cached_mnrl", True, (
+    "cached_mnrl": method("cached_mnrl", "cached_mnrl", True, (
         {"mini_batch_size": 32, "learning_rate": LR[1]}, {"mini_batch_size": 32, "learning_rate": 1e-4},
         {"mini_batch_size": 32, "scale": 50.0, "learning_rate": LR[1]}), batch_size=CACHED_BATCH_SIZE, settings=("sts",),
         note=NO_LARGE_BATCH),
-    "cached_queue": Method("cached_queue_infonce", False, (
+    "cached_queue": method("cached_queue", "cached_queue_infonce", False, (
         {"temperature": 0.05, "mini_batch_size": 32, "learning_rate": LR[1]},
         {"temperature": 0.05, "mini_batch_size": 32, "learning_rate": 1e-4},
         {"temperature": 0.02, "mini_batch_size": 32, "learning_rate": LR[1]}), batch_size=CACHED_BATCH_SIZE,
         settings=("sts",), note=NO_LARGE_BATCH),
-    "queue_corpus": Method("queue_infonce", False, (
+    "queue_corpus": method("queue_corpus", "queue_infonce", False, (
         {"temperature": 0.05, "queue_size": 4096, "learning_rate": LR[0]},
         {"temperature": 0.05, "queue_size": 4096, "learning_rate": LR[1]},
         {"temperature": 0.02, "queue_size": 4096, "learning_rate": LR[0]}),
         note="queue as large as the training set (4,096 >= its positives): every past positive is a negative, "
              "instead of the seed rule's 4 N / batch rows (43 for answer selection, 476 for sts)"),
-    "mnrl_qa_negatives": Method("mnrl", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
-                                               {"scale": 50.0, "learning_rate": LR[0]}), data_format="qa_triplets",
+    "mnrl_qa_negatives": method("mnrl_qa_negatives", "mnrl", True, ({"scale": 20.0, "learning_rate": LR[0]}, {"scale": 20.0, "learning_rate": LR[1]},
+                                               {"scale": 50.0, "learning_rate": LR[0]}), rows="qa_triplets",
                                 settings=("answer_selection",),
                                 note="(question, answer, a labelled wrong candidate of the same question) triplets"),
-    "queue_qa_negatives": Method("queue_infonce", False, (
+    "queue_qa_negatives": method("queue_qa_negatives", "queue_infonce", False, (
         {"temperature": 0.05, "learning_rate": LR[0]}, {"temperature": 0.05, "learning_rate": LR[1]},
-        {"temperature": 0.02, "learning_rate": LR[0]}), data_format="qa_triplets", settings=("answer_selection",),
+        {"temperature": 0.02, "learning_rate": LR[0]}), rows="qa_triplets", settings=("answer_selection",),
         note="the same triplets as mnrl_qa_negatives: their negative column plus the queue"),
 }
+UNTRAINED = Method("untrained", seeds=(0,))  # the bundled model as it is: scored once per setting
 SETTINGS = {
     "sts": {"datasets": ["stsb", "mrpc"], "scored_datasets": ["stsb"], "task": "stsb", "metric": "main_score",
             "extra_metrics": ["cosine_pearson"]},
@@ -155,6 +151,13 @@ SETTINGS = {
 
 def run_key(setting: str, method: str, config: int, seed: int) -> str:
     return f"{setting}/{method}/{config}/{seed}"
+
+
+def grid(seeds=(0, 1, 2)) -> Grid:
+    """The untrained row and every method in both settings; configurations at seed 0, the dev pick
+    at the other seeds (seed 0 first: it is the tuning seed)."""
+    return Grid([UNTRAINED, *METHODS.values()], list(SETTINGS), [0, *(s for s in seeds if s != 0)],
+                key=lambda run: run_key(run.setting, run.method, run.config, run.seed), dev_score=lambda record: record["dev"])
 
 
 def _mined_triplets(pairs, device: str | None):
@@ -172,7 +175,7 @@ def _mined_triplets(pairs, device: str | None):
 def train_rows(setting: str, method: Method, data_dir: str, seed: int, device: str | None, cache: dict):
     """The training rows of ``method`` in ``setting`` (the same rows for every seed but shuffled by it)."""
     spec = SETTINGS[setting]
-    data_format = method.data_format or get_loss_entry(method.loss).data_format
+    data_format = method.rows or get_loss_entry(method.loss).data_format
     if data_format == "scored_pairs" and spec["scored_datasets"] is None:
         raise ValueError(f"{setting}: has no graded pairs for a score-aware loss")
     key = (setting, data_format)
@@ -209,26 +212,27 @@ def score(model, setting: str, data_dir: str, splits, eval_rows: int | None = No
 
 def run_one(setting: str, name: str, config_index: int, seed: int, args, cache: dict, splits) -> dict:
     method = METHODS[name]
-    config = dict(method.configs[config_index])
+    config = method.config(config_index)
     learning_rate = config.pop("learning_rate", LR[0])
+    batch_size = method.fields["batch_size"]
     rows = train_rows(setting, method, args.data_dir, seed, args.device, cache)
     recipe = TrainingRecipe(
         datasets=SETTINGS[setting]["datasets"], loss=method.loss,
-        loss_options=dict(config), epochs=EPOCHS, max_steps=args.max_steps or -1, batch_size=method.batch_size, learning_rate=learning_rate,
+        loss_options=dict(config), epochs=EPOCHS, max_steps=args.max_steps or -1, batch_size=batch_size, learning_rate=learning_rate,
         max_seq_length=MAX_SEQ_LENGTH, seed=seed, save_steps=10**6, eval_steps=10**6, logging_steps=25,
         data_dir=args.data_dir, dev_task=None, eval_tasks=[],
     )
     torch.manual_seed(seed)
     model = load_model("default", device=args.device)
     model.max_seq_length = MAX_SEQ_LENGTH
-    loss = build_loss(method.loss, model, rows, config, batch_size=method.batch_size)
+    loss = build_loss(method.loss, model, rows, config, batch_size=batch_size)
     batch_sampler = get_loss_entry(method.loss).batch_sampler
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as output_dir:
         trainer = fit(model, rows, loss, recipe, output_dir, batch_sampler=batch_sampler)
     seconds = time.perf_counter() - start
     if trainer.state.global_step == 0 and not args.dry_run:  # a dry run's tiny model may mine too few triplets
-        raise RuntimeError(f"{setting}/{name}: no training step was taken (batch size {method.batch_size}, {len(rows)} rows)")
+        raise RuntimeError(f"{setting}/{name}: no training step was taken (batch size {batch_size}, {len(rows)} rows)")
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     if losses and not all(math.isfinite(v) for v in losses):
         raise RuntimeError(f"{setting}/{name}: non-finite training loss")
@@ -241,37 +245,30 @@ def run_one(setting: str, name: str, config_index: int, seed: int, args, cache: 
     }
 
 
-def summarize(runs: dict[str, dict], untrained: dict[str, dict]) -> dict:
-    """``pairs_quality.json``: per setting the untrained scores and, per method with runs, the
-    dev-chosen configuration and its test mean/std over the seeds finished so far."""
-    out: dict[str, Any] = {}
-    for setting in SETTINGS:
-        methods = {}
-        for name, method in METHODS.items():
-            mine = [r for r in runs.values() if r["setting"] == setting and r["method"] == name]
-            tuning = {r["config"]: r for r in mine if r["seed"] == 0}
-            if not tuning:
-                continue
-            chosen = max(tuning, key=lambda c: tuning[c]["dev"])
-            seeds = sorted((r for r in mine if r["config"] == chosen), key=lambda r: r["seed"])
-            config = dict(method.configs[chosen])
-            methods[name] = {
-                "baseline": method.baseline, "loss": method.loss, "options": config,
-                "chosen_on_dev": {"config": chosen, "configs_tried": len(tuning), "configs_planned": len(method.configs),
-                                  "dev_by_config": {str(c): tuning[c]["dev"] for c in sorted(tuning)}},
-                "dev": tuning[chosen]["dev"],
-                "test": mean_std([r["test"] for r in seeds]),
-                "test_extra": {m: mean_std([r["test_extra"][m] for r in seeds]) for m in seeds[0]["test_extra"]},
-                "zero_shot_banking77": mean_std([r["zero_shot_banking77"] for r in seeds]),
-                "general": summarize_general([r.get("general") for r in seeds]),
-                "steps": seeds[0]["steps"], "epochs": EPOCHS, "batch_size": method.batch_size,
-                "train_rows": seeds[0]["train_rows"],
-                "train_seconds": mean_std([r["train_seconds"] for r in seeds]),
-                "seeds": [r["seed"] for r in seeds], "data_format": method.data_format, "note": method.note,
-            }
-        if methods or setting in untrained:
-            out[setting] = {"untrained": untrained.get(setting), "methods": methods}
-    return out
+def untrained_run(setting: str, args, splits) -> dict:
+    model = load_model("default", device=args.device)
+    model.max_seq_length = MAX_SEQ_LENGTH
+    return {"setting": setting, "method": "untrained", "config": 0, "seed": 0,
+            **score(model, setting, args.data_dir, splits, args.eval_rows), "dry_run": args.dry_run}
+
+
+def test_scores(record: dict) -> dict[str, float]:
+    """A run's test scores: the setting's metric, then its extra metrics."""
+    return {SETTINGS[record["setting"]]["metric"]: record["test"], **record["test_extra"]}
+
+
+def general_block(records: list[dict]) -> dict | None:
+    """The general-ability block over the seeds; runs logged before it existed: zero-shot Banking77 alone."""
+    return summarize_general([r.get("general") for r in records]) or {
+        "zero_shot_banking77": mean_std([r["zero_shot_banking77"] for r in records])}
+
+
+def summarize(log, seeds=(0, 1, 2)) -> dict[str, dict[str, dict]]:
+    """``setting -> method -> entry`` (the shared result shape, :mod:`contrastive_bert.benchmarking.protocol`)
+    from the run log (``key -> record``): per method with runs, the dev-chosen configuration and its
+    test mean/std over the seeds finished so far; ``untrained`` is the bundled model as it is."""
+    return grid(seeds).results(log, test=test_scores, dev=lambda r: {SETTINGS[r["setting"]]["metric"]: r["dev"]},
+                               general=general_block)
 
 
 def plot(summary: dict, path: Path) -> None:
@@ -280,26 +277,40 @@ def plot(summary: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    settings = [s for s in summary if summary[s]["methods"]]
+    settings = [s for s, methods in summary.items() if set(methods) - {"untrained"}]
     if not settings:
         return
     fig, axes = plt.subplots(1, len(settings), figsize=(6 * len(settings), 3.8), squeeze=False)
     for ax, setting in zip(axes[0], settings):
-        methods = summary[setting]["methods"]
+        metric = SETTINGS[setting]["metric"]
+        methods = {name: entry for name, entry in summary[setting].items() if name != "untrained"}
         names = list(methods)
-        means = [methods[n]["test"]["mean"] for n in names]
-        stds = [methods[n]["test"]["std"] for n in names]
+        means = [methods[n]["test"][metric]["mean"] for n in names]
+        stds = [methods[n]["test"][metric]["std"] for n in names]
         colors = ["#999999" if methods[n]["baseline"] else "#C44E52" for n in names]
         ax.bar(names, means, yerr=stds, capsize=3, color=colors)
-        if summary[setting]["untrained"]:
-            ax.axhline(summary[setting]["untrained"]["test"], color="k", ls="--", lw=1, label="untrained")
+        if "untrained" in summary[setting]:
+            ax.axhline(summary[setting]["untrained"]["test"][metric]["mean"], color="k", ls="--", lw=1, label="untrained")
             ax.legend(loc="lower right")
         ax.set_ylim(min(means) - 2, max(means) + 1)
-        ax.set_title(f"{setting}: test {SETTINGS[setting]['metric']} x100 (grey: sentence-transformers)")
+        ax.set_title(f"{setting}: test {metric} x100 (grey: sentence-transformers)")
         ax.tick_params(axis="x", rotation=35)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def write_summary(log_path: Path, summary_path: Path, seeds, device: str | None) -> None:
+    """``pairs_quality.json`` (+ ``.png``) rebuilt from the whole run log (also a parallel process's runs)."""
+    summary = summarize({r["key"]: r for r in RunLog(log_path).records()}, seeds)
+    payload = {"protocol": {"epochs": EPOCHS, "batch_size": BATCH_SIZE, "cached_batch_size": CACHED_BATCH_SIZE,
+                            "max_seq_length": MAX_SEQ_LENGTH, "warmup_ratio": 0.1, "model": "all-MiniLM-L6-v2 (bundled)",
+                            "selection": "config with the best dev score at seed 0; then seeds 0, 1, 2",
+                            "test_metric": {s: SETTINGS[s]["metric"] for s in SETTINGS},
+                            "zero_shot": f"Banking77 test, all 77 names, template {ZERO_SHOT_TEMPLATE!r}"},
+               "settings": summary}
+    write_results(summary_path, payload, device=device)
+    plot(summary, summary_path.with_suffix(".png"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser, output=RESULTS / "pairs_quality.json", run_log=RESULTS / "pairs_quality_runs.jsonl",
                          seeds=[0, 1, 2], methods=list(METHODS))
     parser.add_argument("--settings", default="sts,answer_selection", help="comma-separated (default: both)")
-    parser.add_argument("--plan", action="store_true", help="list the runs still to do and stop")
+    parser.add_argument("--plan", action="store_true", help="list the runs whose turn has come and stop")
     args = parser.parse_args(argv)
     budget = setup_from_args(args)
     settings = [s for s in args.settings.split(",") if s]
@@ -319,73 +330,36 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--seeds: must include 0 (the tuning seed)")
     args.data_dir = str(resolve_data_dir(args.data_dir) or "")
     log_path, summary_path = Path(args.run_log), Path(args.output)
-    log = RunLog(log_path)
-
-    def write_summary(untrained: dict) -> None:
-        runs = {r["key"]: r for r in RunLog(log_path).records()}  # also the runs of a parallel process
-        for setting in SETTINGS:
-            key = run_key(setting, "untrained", 0, 0)
-            if key in runs and setting not in untrained:
-                untrained[setting] = {k: runs[key][k] for k in ("dev", "test", "test_extra", "zero_shot_banking77")}
-                if "general" in runs[key]:
-                    untrained[setting]["general"] = {k: v["mean"] for k, v in summarize_general([runs[key]["general"]]).items()}
-        summary = summarize(runs, untrained)
-        payload = {"protocol": {"epochs": EPOCHS, "batch_size": BATCH_SIZE, "cached_batch_size": CACHED_BATCH_SIZE,
-                                "max_seq_length": MAX_SEQ_LENGTH, "warmup_ratio": 0.1, "model": "all-MiniLM-L6-v2 (bundled)",
-                                "selection": "config with the best dev score at seed 0; then seeds 0, 1, 2",
-                                "test_metric": {s: SETTINGS[s]["metric"] for s in SETTINGS},
-                                "zero_shot": f"Banking77 test, all 77 names, template {ZERO_SHOT_TEMPLATE!r}"},
-                   **summary}
-        write_results(summary_path, payload, device=args.device)
-        plot(summary, summary_path.with_suffix(".png"))
-
-    untrained: dict[str, dict] = {}
     if args.summary_only:
-        write_summary(untrained)
+        write_summary(log_path, summary_path, args.seeds, args.device)
         return 0
-    splits_by_setting = {}
-    for setting in settings:
-        task = SETTINGS[setting]["task"]
-        splits_by_setting[setting] = cap_rows(load_dataset(task, data_dir=args.data_dir), args.eval_rows)
-        key = run_key(setting, "untrained", 0, 0)
-        if not log.done(key) and not args.plan and budget.allows(setting):
-            model = load_model("default", device=args.device)
-            model.max_seq_length = MAX_SEQ_LENGTH
-            log.append(key, {"setting": setting, "method": "untrained", "config": 0, "seed": 0,
-                             **score(model, setting, args.data_dir, splits_by_setting[setting], args.eval_rows),
-                             "dry_run": args.dry_run})
-
+    log = RunLog(log_path)
+    plan = grid(args.seeds)
+    order = ["untrained", *methods]  # the untrained rows first, then method-major: a method in both settings before the next
+    if args.plan:
+        for run in plan.plan(log, order, settings):
+            print("todo", run_key(run.setting, run.method, run.config, run.seed))
+        return 0
+    splits_by_setting = {setting: cap_rows(load_dataset(SETTINGS[setting]["task"], data_dir=args.data_dir), args.eval_rows)
+                         for setting in settings}
     cache: dict = {}
-    for name in methods:  # method-major: a method's rows in both settings before the next method
-        for setting in settings:
-            method = METHODS[name]
-            if setting not in method.settings:
-                continue
-            todo = [(c, 0) for c in range(len(method.configs))]
-            for config, seed in todo + [(None, s) for s in args.seeds if s != 0]:
-                if config is None:  # the extra seeds run the configuration chosen on dev
-                    tuning = {c: log.get(run_key(setting, name, c, 0))["dev"] for c in range(len(method.configs))
-                              if log.done(run_key(setting, name, c, 0))}
-                    if len(tuning) < len(method.configs) and not args.plan:
-                        break
-                    config = max(tuning, key=tuning.get) if tuning else "?"
-                key = run_key(setting, name, config, seed)
-                if log.done(key):
-                    continue
-                if args.plan:
-                    print("todo", key)
-                    continue
-                if not budget.allows(setting):
-                    break
-                logger.info("run %s", key)
-                with budget.timed(setting):
-                    run = run_one(setting, name, config, seed, args, cache, splits_by_setting[setting])
-                logger.info("done %s: dev %.2f test %.2f zero-shot %.2f (%d steps, %.0f s)", key, run["dev"], run["test"],
-                            run["zero_shot_banking77"], run["steps"], run["train_seconds"])
-                log.append(key, json_safe(run))
-                write_summary(untrained)
-    if not args.plan:
-        write_summary(untrained)
+    while True:
+        todo = plan.plan(log, order, settings)  # again after every run: a method's seeds follow its dev choice
+        if not todo or not budget.allows(todo[0].setting):
+            break
+        run = todo[0]
+        key = run_key(run.setting, run.method, run.config, run.seed)
+        logger.info("run %s", key)
+        with budget.timed(run.setting):
+            if run.method == "untrained":
+                record = untrained_run(run.setting, args, splits_by_setting[run.setting])
+            else:
+                record = run_one(run.setting, run.method, run.config, run.seed, args, cache, splits_by_setting[run.setting])
+        logger.info("done %s: dev %.2f test %.2f zero-shot %.2f (%d steps, %.0f s)", key, record["dev"], record["test"],
+                    record["zero_shot_banking77"], record.get("steps", 0), record.get("train_seconds", 0.0))
+        log.append(key, json_safe(record))
+        write_summary(log_path, summary_path, args.seeds, args.device)
+    write_summary(log_path, summary_path, args.seeds, args.device)
     return 0
 
 

@@ -113,6 +113,7 @@ def link(stem: str, prefix: str = RESULTS_LINK) -> str:
 # ---------------------------------------------------------------- tables of docs/results.md
 
 PAIR_LABELS = {
+    "untrained": "untrained",
     "mnrl": "MNRL (ST)",
     "cosent": "CoSENT (ST)",
     "queue_cosent": "`queue_cosent`",
@@ -128,19 +129,44 @@ PAIR_LABELS = {
 }
 
 
+def benchmark_table(entries: Mapping[str, Mapping], columns: list[tuple[str, Callable[[Mapping], str]]],
+                    labels: Mapping[str, str], first: str = "method", unlabelled: str = "{}") -> str:
+    """The table of one setting of a benchmark: a row per results entry (``method -> entry``, the
+    shared result shape of ``contrastive_bert.benchmarking.protocol``), its label first, then one
+    cell per ``(header, cell(entry))`` column. ``unlabelled``: how a method without a label is named."""
+    rows = [[labels.get(name, unlabelled.format(name))] + [cell(entry) for _, cell in columns] for name, entry in entries.items()]
+    return table([first] + [header for header, _ in columns], rows)
+
+
+def point_or_stat(entry: Mapping, value: object, seeds: bool = True) -> str:
+    """A row that trains nothing (no loss: the untrained model) shows its one value; others mean ± std (seeds)."""
+    if value is None:
+        return ""
+    return fmt(mean_of(value)) if entry.get("loss") is None else fmt(value, seeds=seeds)
+
+
+def chosen_text(entry: Mapping, render: Callable[[Mapping], str] = options_text) -> str:
+    """The dev-chosen configuration and how many of the planned ones ran (nothing for a row that trains nothing)."""
+    chosen = entry.get("chosen_on_dev")
+    if entry.get("loss") is None or not chosen:
+        return ""
+    return f"{render(chosen['options'])} ({chosen['configs_tried']}/{chosen['configs_planned']})"
+
+
+def general_columns(entries: Mapping[str, Mapping]) -> list[tuple[str, Callable[[Mapping], str]]]:
+    """One column per general-ability score any entry has."""
+    names = list(dict.fromkeys(k for entry in entries.values() for k in entry.get("general") or {}))
+    return [(GENERAL_LABELS.get(k, k), lambda e, k=k: point_or_stat(e, (e.get("general") or {}).get(k), seeds=False))
+            for k in names]
+
+
 def pairs_table(results: Results, setting: str) -> str:
     """One setting of pairs_quality.json: dev-chosen configuration, dev, test mean ± std (seeds), general ability."""
-    data = results["pairs_quality"][setting]
-    untrained = data["untrained"]
-    general = list(dict.fromkeys(k for run in [untrained, *data["methods"].values()] for k in _general_keys(run)))
-    rows = [["untrained", "", fmt(untrained["dev"]), fmt(untrained["test"])] + [fmt(_general(untrained, k)) for k in general]]
-    for name, run in data["methods"].items():
-        chosen = run["chosen_on_dev"]
-        configs = f"({chosen['configs_tried']}/{chosen['configs_planned']})"
-        rows.append([PAIR_LABELS.get(name, f"`{name}`"), f"{options_text(run['options'])} {configs}", fmt(run["dev"]),
-                     fmt(run["test"], seeds=True)] + [fmt(_general(run, k)) for k in general])
-    return table(["method", "chosen on dev (configs run/planned)", "dev", "test: mean ± std (seeds)"]
-                 + [GENERAL_LABELS.get(k, k) for k in general], rows)
+    data = results["pairs_quality"]
+    entries, metric = data["settings"][setting], data["protocol"]["test_metric"][setting]
+    columns = [("chosen on dev (configs run/planned)", chosen_text), ("dev", lambda e: fmt(e["dev"][metric])),
+               ("test: mean ± std (seeds)", lambda e: point_or_stat(e, e["test"][metric]))]
+    return benchmark_table(entries, columns + general_columns(entries), PAIR_LABELS, unlabelled="`{}`")
 
 
 def table_pairs_answer_selection(results: Results) -> str:
@@ -238,29 +264,8 @@ def table_retrieval_queue_diagnosis(results: Results) -> str:
     return table(header, rows) if rows else "*No queue run has finished yet.*"
 
 
-def _metric(run: Mapping, split: str, metric: str) -> object:
-    value = run.get(split)
-    if isinstance(value, Mapping) and metric in value:
-        return value[metric]
-    if metric == "ndcg_at_10" and (is_stat(value) or isinstance(value, (int, float))):
-        return value
-    return run.get(f"{split}_{metric}")
-
-
 GENERAL_LABELS = {"zero_shot_banking77": "zero-shot Banking77", "zero_shot_emotion": "zero-shot emotion",
                   "zero_shot_sst2": "zero-shot SST-2", "stsb": "STS-B test"}
-
-
-def _general_keys(run: Mapping) -> list[str]:
-    general = run.get("general")
-    if isinstance(general, Mapping):
-        return list(general)
-    return [k for k in run if k == "stsb" or k.startswith("zero_shot")]
-
-
-def _general(run: Mapping, key: str) -> object:
-    general = run.get("general")
-    return general.get(key) if isinstance(general, Mapping) else run.get(key)
 
 
 ACL_LABELS = {"logreg": "logistic regression on frozen embeddings", "ce": "CE", "supcon": "CE + SupCon",
@@ -564,11 +569,11 @@ TABLES: dict[str, Callable[[Results], str]] = {
 # (what is compared, results file, path to the sentence-transformers side, its label, path to ours, its label)
 STANDINGS = [  # (what, file, baseline path(s), label(s), ours, label); of several baselines the better is shown
     ("STS-B test Spearman (3 epochs, dev-chosen, 3 seeds)", "pairs_quality",
-     "sts.methods.cosent.test", "CoSENT", "sts.methods.queue_cosent.test", "`queue_cosent`"),
+     "settings.sts.cosent.test.main_score", "CoSENT", "settings.sts.queue_cosent.test.main_score", "`queue_cosent`"),
     ("Answer selection test MRR, pairs only", "pairs_quality",
-     "answer_selection.methods.mnrl.test", "MNRL", "answer_selection.methods.queue_hard.test", "`queue_infonce` + hard negatives"),
+     "settings.answer_selection.mnrl.test.mrr", "MNRL", "settings.answer_selection.queue_hard.test.mrr", "`queue_infonce` + hard negatives"),
     ("Answer selection test MRR, labelled wrong answers as negatives", "pairs_quality",
-     "answer_selection.methods.mnrl_qa_negatives.test", "MNRL", "answer_selection.methods.queue_qa_negatives.test", "`queue_infonce`"),
+     "settings.answer_selection.mnrl_qa_negatives.test.mrr", "MNRL", "settings.answer_selection.queue_qa_negatives.test.mrr", "`queue_infonce`"),
     ("Emotion, full train (3,000-row sample), test acc. (3 seeds)", "acl_quality",
      ("emotion.full.ce.test.accuracy", "emotion.full.supcon.test.accuracy"), ("CE", "CE + SupCon"),
      "emotion.full.acl_embed_encoded.test.accuracy", "ACL-Embed, encoded names"),

@@ -1,0 +1,253 @@
+"""The one benchmark protocol of ``eval/``: methods, a grid, choice on dev, seeds, one result shape.
+
+A benchmark on this protocol is its :class:`Method` list and its scoring function; the rest is here:
+
+- a **method** is a name, the configurations tried on dev, the loss (its loss-registry name; None
+  for a row that trains nothing, e.g. the untrained model) and its training rows;
+- a **grid** (:class:`Grid`) is methods x configurations x seeds, per setting: every configuration
+  of a method runs at the first seed and the dev score picks one (best, first on ties; a method of
+  one configuration needs no choice), then the chosen configuration runs the other seeds. Where the
+  dev score comes from runs of their own (``separate_dev=True``: e.g. a dev split of intents), the
+  chosen configuration then runs every seed for test;
+- **paired differences** (:func:`paired_difference`): method A minus method B seed by seed;
+- **one result shape** (:meth:`Grid.results`): ``setting -> method -> entry`` with
+
+  ``chosen_on_dev``: ``{"config", "options", "configs_tried", "configs_planned", "dev_by_config"}``
+  (while dev runs are missing: the best of those in), ``dev``: the chosen configuration's dev scores
+  (metric -> value), ``test``: metric -> ``{mean, std, values}`` over ``seeds`` (``seeds_planned``:
+  what the protocol will run), ``cost``: ``train_seconds`` (mean/std), ``steps``, ``train_rows``
+  (the first seed's; those its runs record), ``general``: the general-ability block (name ->
+  mean/std), ``loss``, then the method's own ``fields``.
+
+  A results file is ``{"protocol": ..., "settings": {setting: {method: entry}}, "comparisons":
+  {setting: ...}, ..., "environment": ...}`` (written by :func:`~contrastive_bert.benchmarking.write_results`).
+
+A run is named by the benchmark's own key function (:attr:`Grid.key`), so a benchmark that moves onto
+this protocol keeps the keys of its run log and resumes it instead of redoing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from contrastive_bert.benchmarking.results import mean_std
+from contrastive_bert.benchmarking.run_log import run_key
+
+__all__ = ["Grid", "Method", "Run", "choose_on_dev", "paired_difference"]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of a benchmark's table.
+
+    ``configs``: the configurations tried on dev (each a mapping: loss options and, e.g.,
+    ``learning_rate``); ``loss``: the loss-registry name (None: nothing is trained); ``options``:
+    fixed loss options of every configuration; ``rows``: the training-row format (None: the
+    loss's own); ``settings``: where it runs (None: every setting); ``seeds``: its own seeds (None:
+    the grid's; e.g. ``(0,)`` for a deterministic row such as the untrained model); ``fields``: what
+    the results entry carries besides the protocol's (``baseline``, ``note``, ...)."""
+
+    name: str
+    loss: str | None = None
+    configs: tuple[Mapping[str, Any], ...] = ({},)
+    options: Mapping[str, Any] = field(default_factory=dict)
+    rows: str | None = None
+    settings: tuple[str, ...] | None = None
+    seeds: tuple[int, ...] | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.configs:
+            raise ValueError(f"{self.name}: configs: expected at least one configuration")
+
+    def runs_in(self, setting: str) -> bool:
+        return self.settings is None or setting in self.settings
+
+    def config(self, index: int) -> dict[str, Any]:
+        """Configuration ``index`` with the fixed options under it."""
+        return {**self.options, **self.configs[index]}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of the grid: ``phase`` ``"test"`` (scored on dev and test) or ``"dev"`` (a dev-only
+    run of a grid with ``separate_dev``); ``dev``: the dev score that chose ``config`` (runs after
+    the choice of a ``separate_dev`` grid), else None."""
+
+    setting: str
+    method: str
+    config: int
+    seed: int
+    phase: str = "test"
+    dev: float | None = None
+
+
+def choose_on_dev(scores: Mapping[int, float], tie_break: Callable[[int], Any] | None = None) -> int | None:
+    """The configuration with the best dev score (then the best ``tie_break(config)``), the first
+    on remaining ties; None without scores."""
+    if not scores:
+        return None
+    order = list(scores)
+    return max(order, key=lambda c: (scores[c], tie_break(c) if tie_break else 0, -order.index(c)))
+
+
+def paired_difference(a: Mapping[str, Any], b: Mapping[str, Any], metric: str) -> dict | None:
+    """Test ``metric`` of results entry ``a`` minus ``b`` on the seeds both ran: mean, std and
+    values of the per-seed differences, the seeds and how many ``a`` won; ``clear`` when every seed
+    agrees in sign and |mean| exceeds the std. None without a common seed."""
+    def by_seed(entry):
+        return dict(zip(entry.get("seeds", []), ((entry.get("test") or {}).get(metric) or {}).get("values", [])))
+
+    scores_a, scores_b = by_seed(a), by_seed(b)
+    seeds = sorted(set(scores_a) & set(scores_b))
+    if not seeds:
+        return None
+    diffs = [scores_a[s] - scores_b[s] for s in seeds]
+    stat = mean_std(diffs)
+    won = sum(d > 0 for d in diffs)
+    return {"mean": stat["mean"], "std": stat["std"], "values": diffs, "seeds": seeds, "seeds_won": won,
+            "clear": len(seeds) > 1 and won in (0, len(seeds)) and abs(stat["mean"]) > stat["std"]}
+
+
+Log = Mapping[str, dict]  # run key -> record (``{r["key"]: r for r in RunLog(...).records()}``)
+
+
+@dataclass
+class Grid:
+    """Methods x configurations x seeds per setting, with the choice on dev.
+
+    ``key(run)``: the run's key in the benchmark's run log (string or mapping); ``dev_score(record)``:
+    the number the choice maximises; ``tie_break(method, config)``: compared on equal dev scores
+    (larger wins; e.g. ``-epochs`` for the cheaper run); ``separate_dev``: dev scores come from
+    dev-only runs (phase ``"dev"``) and the chosen configuration runs every seed for test."""
+
+    methods: Sequence[Method]
+    settings: Sequence[str]
+    seeds: Sequence[int]
+    key: Callable[[Run], str | Mapping[str, Any]]
+    dev_score: Callable[[dict], float]
+    tie_break: Callable[[Method, Mapping[str, Any]], Any] | None = None
+    separate_dev: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise ValueError("seeds: expected at least one seed")
+        self.by_name = {method.name: method for method in self.methods}
+
+    def method(self, name: str) -> Method:
+        return self.by_name[name]
+
+    def seeds_of(self, method: Method) -> list[int]:
+        return list(method.seeds) if method.seeds is not None else list(self.seeds)
+
+    def _record(self, log: Log, run: Run) -> dict | None:
+        return log.get(run_key(self.key(run)))
+
+    def needs_choice(self, method: Method) -> bool:
+        return len(method.configs) > 1 or self.separate_dev
+
+    def dev_runs(self, setting: str, method: Method) -> list[Run]:
+        """The first-seed runs whose dev scores choose the configuration (none without a choice)."""
+        if not self.needs_choice(method):
+            return []
+        phase = "dev" if self.separate_dev else "test"
+        return [Run(setting, method.name, c, self.seeds_of(method)[0], phase) for c in range(len(method.configs))]
+
+    def dev_scores(self, log: Log, setting: str, method: Method) -> dict[int, float]:
+        """Configuration -> dev score, for those whose dev run is in ``log`` (in configuration order)."""
+        scores = {}
+        for run in self.dev_runs(setting, method):
+            record = self._record(log, run)
+            if record is not None:
+                scores[run.config] = self.dev_score(record)
+        return scores
+
+    def chosen(self, log: Log, setting: str, method: Method, partial: bool = False) -> int | None:
+        """The configuration chosen on dev: None until every dev run is in (``partial``: among
+        those in); configuration 0 for a method without a choice."""
+        if not self.needs_choice(method):
+            return 0
+        scores = self.dev_scores(log, setting, method)
+        if not partial and len(scores) < len(method.configs):
+            return None
+        tie_break = (lambda c: self.tie_break(method, method.configs[c])) if self.tie_break else None
+        return choose_on_dev(scores, tie_break)
+
+    def final_runs(self, log: Log, setting: str, method: Method, config: int) -> list[Run]:
+        """The chosen configuration's test runs: every seed (the first one is its dev run unless
+        ``separate_dev``)."""
+        dev = self.dev_scores(log, setting, method).get(config) if self.separate_dev else None
+        return [Run(setting, method.name, config, seed, "test", dev) for seed in self.seeds_of(method)]
+
+    def plan(self, log: Log, methods: Iterable[str] | None = None, settings: Iterable[str] | None = None) -> list[Run]:
+        """The runs not in ``log`` whose turn has come, in order: method by method (each in every
+        setting), its dev runs, then once all are in, the chosen configuration's seeds."""
+        todo = []
+        for name in methods if methods is not None else [m.name for m in self.methods]:
+            method = self.method(name)
+            for setting in settings if settings is not None else self.settings:
+                if not method.runs_in(setting):
+                    continue
+                runs = self.dev_runs(setting, method)
+                config = self.chosen(log, setting, method)
+                if config is not None:
+                    runs += self.final_runs(log, setting, method, config)
+                todo += [run for run in dict.fromkeys(runs) if self._record(log, run) is None]
+        return todo
+
+    def entry(
+        self,
+        log: Log,
+        setting: str,
+        method: Method,
+        test: Callable[[dict], Mapping[str, float]],
+        dev: Callable[[dict], Mapping[str, float]] | None = None,
+        general: Callable[[list[dict]], Mapping[str, Any] | None] | None = None,
+        cost: Callable[[list[dict]], Mapping[str, Any]] | None = None,
+    ) -> dict | None:
+        """The results entry of ``method`` in ``setting`` from the runs in ``log`` (partial results
+        allowed: the choice among the dev runs in, the seeds done so far); None before its first run.
+
+        ``test(record)`` / ``dev(record)``: metric -> score of one run; ``general(records)``: the
+        general-ability block over the seeds; ``cost(records)``: extra cost fields."""
+        config = self.chosen(log, setting, method, partial=True)
+        if config is None:
+            return None
+        scores = self.dev_scores(log, setting, method)
+        runs = [self._record(log, run) for run in self.final_runs(log, setting, method, config)]
+        seeds = [r for r in runs if r is not None]
+        if not seeds and not scores:
+            return None
+        dev_run = self._record(log, self.dev_runs(setting, method)[config]) if scores else (seeds[0] if seeds else None)
+        entry: dict[str, Any] = {
+            "chosen_on_dev": {"config": config, "options": method.config(config), "configs_tried": len(scores) if scores else 1,
+                              "configs_planned": len(method.configs),
+                              "dev_by_config": {str(c): s for c, s in scores.items()}},
+            "dev": dict(dev(dev_run)) if dev and dev_run is not None else None,
+            "test": {}, "seeds": [], "seeds_planned": self.seeds_of(method), "cost": {}, "general": None,
+            **{"loss": method.loss, **method.fields},
+        }
+        if seeds:
+            metrics = [test(r) for r in seeds]
+            entry["test"] = {name: mean_std([m[name] for m in metrics]) for name in metrics[0]}
+            entry["seeds"] = [r_seed for r_seed, r in zip(self.seeds_of(method), runs) if r is not None]
+            entry["cost"] = {**({"train_seconds": mean_std([r["train_seconds"] for r in seeds])}
+                                if all(r.get("train_seconds") is not None for r in seeds) else {}),
+                             **{k: seeds[0][k] for k in ("steps", "train_rows") if k in seeds[0]},
+                             **(cost(seeds) if cost else {})}
+            entry["general"] = general(seeds) if general else None
+        return entry
+
+    def results(self, log: Log, **scoring: Any) -> dict[str, dict[str, dict]]:
+        """``setting -> method -> entry`` (see :meth:`entry`; ``scoring``: its ``test``, ``dev``,
+        ``general``, ``cost``); settings and methods without a run are left out."""
+        out: dict[str, dict[str, dict]] = {}
+        for setting in self.settings:
+            for method in self.methods:
+                if method.runs_in(setting):
+                    entry = self.entry(log, setting, method, **scoring)
+                    if entry is not None:
+                        out.setdefault(setting, {})[method.name] = entry
+        return out

@@ -1,0 +1,109 @@
+"""contrastive_bert.benchmarking.protocol: the grid's order (configurations at the first seed, the
+dev choice, then its seeds), ties, paired differences, the result shape; and every results file of
+a benchmark on the protocol is rebuilt from its run log with the same figures."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+from contrastive_bert.benchmarking.protocol import Grid, Method, Run, choose_on_dev, paired_difference
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "eval" / "results"
+
+
+def _grid(**kwargs) -> Grid:
+    methods = [Method("untrained", seeds=(0,)), Method("a", "mnrl", ({"lr": 1}, {"lr": 2}, {"lr": 3})),
+               Method("b", "cosent", ({"scale": 20},), settings=("s1",))]
+    return Grid(methods, ["s1", "s2"], [0, 1, 2], key=lambda r: f"{r.setting}/{r.method}/{r.config}/{r.seed}/{r.phase}",
+                dev_score=lambda record: record["dev"], **kwargs)
+
+
+def _log(grid: Grid, runs: dict[Run, float]) -> dict[str, dict]:
+    return {grid.key(run): {"dev": dev, "test": dev - 1, "seed": run.seed, "train_seconds": 10.0, "steps": 5} for run, dev in runs.items()}
+
+
+def test_configurations_at_the_first_seed_then_the_dev_choice_at_the_others():
+    grid = _grid()
+    plan = grid.plan({}, settings=["s1"])
+    assert [(r.method, r.config, r.seed) for r in plan] == [("untrained", 0, 0), ("a", 0, 0), ("a", 1, 0), ("a", 2, 0),
+                                                             ("b", 0, 0), ("b", 0, 1), ("b", 0, 2)]
+    log = _log(grid, {Run("s1", "a", 0, 0): 80.0, Run("s1", "a", 1, 0): 82.0})
+    assert grid.chosen(log, "s1", grid.method("a")) is None  # a configuration still lacks its dev run
+    assert grid.chosen(log, "s1", grid.method("a"), partial=True) == 1
+    log.update(_log(grid, {Run("s1", "a", 2, 0): 81.0}))
+    assert [(r.config, r.seed) for r in grid.plan(log, ["a"], ["s1"])] == [(1, 1), (1, 2)]
+    assert grid.plan(log, ["b"], ["s2"]) == []  # b runs in s1 only
+
+
+def test_ties_go_to_the_tie_break_then_the_first_configuration():
+    assert choose_on_dev({0: 1.0, 1: 2.0, 2: 2.0}) == 1
+    assert choose_on_dev({0: 1.0, 1: 2.0, 2: 2.0}, tie_break=lambda c: c) == 2
+    assert choose_on_dev({}) is None
+
+
+def test_separate_dev_runs_then_every_seed_of_the_choice():
+    grid = _grid(separate_dev=True, tie_break=lambda method, config: -config.get("lr", 0))
+    assert [(r.config, r.seed, r.phase) for r in grid.plan({}, ["a"], ["s1"])] == [(0, 0, "dev"), (1, 0, "dev"), (2, 0, "dev")]
+    log = _log(grid, {Run("s1", "a", 0, 0, "dev"): 70.0, Run("s1", "a", 1, 0, "dev"): 75.0, Run("s1", "a", 2, 0, "dev"): 75.0})
+    runs = grid.plan(log, ["a"], ["s1"])
+    assert [(r.config, r.seed, r.phase, r.dev) for r in runs] == [(1, s, "test", 75.0) for s in (0, 1, 2)]  # tie: the smaller lr
+
+
+def test_the_result_shape():
+    grid = _grid()
+    runs = {Run("s1", "a", c, 0): dev for c, dev in enumerate((80.0, 83.0, 81.0))}
+    runs.update({Run("s1", "a", 1, 1): 84.0, Run("s1", "untrained", 0, 0): 70.0})
+    results = grid.results(_log(grid, runs), test=lambda r: {"score": r["test"]}, dev=lambda r: {"score": r["dev"]})
+    assert list(results) == ["s1"] and list(results["s1"]) == ["untrained", "a"]
+    entry = results["s1"]["a"]
+    assert entry["chosen_on_dev"] == {"config": 1, "options": {"lr": 2}, "configs_tried": 3, "configs_planned": 3,
+                                      "dev_by_config": {"0": 80.0, "1": 83.0, "2": 81.0}}
+    assert entry["dev"] == {"score": 83.0}
+    assert entry["test"]["score"]["values"] == [82.0, 83.0] and entry["seeds"] == [0, 1] and entry["seeds_planned"] == [0, 1, 2]
+    assert entry["cost"] == {"train_seconds": {"mean": 10.0, "std": 0.0, "values": [10.0, 10.0]}, "steps": 5}
+    assert entry["loss"] == "mnrl" and results["s1"]["untrained"]["loss"] is None
+
+
+def test_paired_difference_pairs_by_seed():
+    a = {"seeds": [0, 1, 2], "test": {"acc": {"values": [80.0, 82.0, 84.0]}}}
+    b = {"seeds": [2, 0, 1], "test": {"acc": {"values": [85.0, 79.0, 80.0]}}}
+    diff = paired_difference(a, b, "acc")
+    assert diff["values"] == [1.0, 2.0, -1.0] and diff["seeds_won"] == 2 and diff["clear"] is False
+    assert diff["std"] == pytest.approx(statistics.stdev([1.0, 2.0, -1.0]))
+    assert paired_difference(a, {"seeds": [5], "test": {"acc": {"values": [1.0]}}}, "acc") is None
+
+
+# ----------------------------------------------------------------------------- the results files, from their run logs
+
+
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(f"{name}_rebuilt", ROOT / "eval" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(spec.name, None)
+    return module
+
+
+def _records(log: str) -> list[dict]:
+    return [json.loads(line) for line in (RESULTS / log).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _json(value):
+    return json.loads(json.dumps(value))
+
+
+def test_pairs_quality_json_is_its_run_log_summarised():
+    bench = _bench("bench_pairs_quality")
+    stored = json.loads((RESULTS / "pairs_quality.json").read_text(encoding="utf-8"))
+    rebuilt = bench.summarize({r["key"]: r for r in _records("pairs_quality_runs.jsonl")})
+    assert _json(rebuilt) == stored["settings"]
