@@ -19,7 +19,9 @@ Resumable (``contrastive_bert.benchmarking.RunLog``): every finished run is appe
 ``pairs_quality_runs.jsonl`` and skipped on restart; the summary ``pairs_quality.json``
 (+ ``pairs_quality.png``) is rebuilt from that log after every run, so partial results are always
 valid. Methods run in the order of ``METHODS`` (or of ``--only``); every loss is built through the
-loss registry. ``--plan`` lists the runs still to do.
+loss registry. ``--plan`` lists the runs whose turn has come. The protocol (choice on dev, seeds,
+the result shape ``settings -> setting -> method -> entry``) is the shared one of
+:mod:`contrastive_bert.benchmarking.protocol`: this script is its methods and its scoring.
 
     OMP_NUM_THREADS=1 nohup .venv/bin/python eval/bench_pairs_quality.py --threads 1 > pairs.log 2>&1 &
     .venv/bin/python eval/bench_pairs_quality.py --settings sts --only angle,gist --device cuda --max-minutes 8

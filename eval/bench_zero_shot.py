@@ -20,8 +20,12 @@ among their names; free-weight vs encoded label heads, CE vs ACL-Embed, against 
   ``TUNE_CONFIGS``, seed 0; then the chosen configuration with the seeds on the 57/20 split,
   logged as ``<method>_tuned`` (no test row is read to choose).
 
-Resumable (``contrastive_bert.benchmarking.RunLog``): one line per finished run in
-``zero_shot_runs.jsonl``, skipped on restart; ``bench_zero_shot.json`` rebuilt from it after every run.
+The protocol (configurations, the dev choice, seeds, the result shape) is the shared one of
+:mod:`contrastive_bert.benchmarking.protocol`: this script is its methods (:func:`methods`) and its
+scoring. Resumable (``contrastive_bert.benchmarking.RunLog``): one line per finished run in
+``zero_shot_runs.jsonl``, skipped on restart (the run keys are those logged since the first run);
+``bench_zero_shot.json`` (``settings -> unseen20 -> method -> entry``, the gains over the untrained
+model in ``comparisons``) rebuilt from it after every run.
 
     OMP_NUM_THREADS=1 nohup .venv/bin/python eval/bench_zero_shot.py > /tmp/bench_zero_shot.log 2>&1 &
 """
@@ -48,6 +52,7 @@ from contrastive_bert.benchmarking import (
     setup_from_args,
     write_results,
 )
+from contrastive_bert.benchmarking.protocol import Grid, Method, Run
 
 logger = logging.getLogger("bench_zero_shot")
 
@@ -59,6 +64,7 @@ METHODS = {
     "ce_encoded": {"method": "ce", "label_embedding": "encoded"},
     "acl_embed_encoded": {"method": "acl_embed", "label_embedding": "encoded"},
 }
+SETTING = "unseen20"  # the one setting: 57 seen intents to train on, 20 unseen to classify by name
 CHECK_SAMPLES = 1000
 DEV_HELD_OUT = 10
 TUNE_CONFIGS = [{"epochs": 1.0, "contrastive_weight": 0.5}, {"epochs": 3.0, "contrastive_weight": 0.5},
@@ -165,7 +171,7 @@ def score(model, data: dict, trained: bool) -> dict[str, float]:
     return scores
 
 
-def run(spec: dict, data: dict, args) -> dict:
+def run_spec(spec: dict, data: dict, args) -> dict:
     from contrastive_bert.models import load_model
     from contrastive_bert.training.acl import train_label_classifier
     from contrastive_bert.training.recipe import TrainingRecipe
@@ -204,50 +210,71 @@ def run(spec: dict, data: dict, args) -> dict:
     return record
 
 
-def tuned_specs(log: list[dict], methods: list[str], seeds: list[int]) -> list[dict]:
-    """The dev runs still to do (seed 0, every configuration), then per method whose dev runs are
-    all done the chosen configuration's runs on the 57/20 split."""
-    specs = [{"method": "untrained", "seed": 0, "phase": "dev"}]  # the dev score to beat
-    for method in methods:
-        configs = [{"method": method, "seed": 0, "phase": "dev", **config} for config in TUNE_CONFIGS
-                   if method.startswith("acl") or config["contrastive_weight"] == TUNE_CONFIGS[0]["contrastive_weight"]]
-        specs += configs
-        runs = [r for r in log if r.get("phase") == "dev" and r["method"] == method]
-        if len(runs) < len(configs):
-            continue
-        best = max(runs, key=lambda r: (r["dev"], -r["epochs"]))  # ties: the cheaper run
-        chosen = {"epochs": best["epochs"], "contrastive_weight": best["contrastive_weight"]}
-        specs += [{"method": f"{method}_tuned", "seed": seed, **chosen, "dev": best["dev"]} for seed in seeds]
-    return specs
+def tune_configs(method: str) -> tuple[dict, ...]:
+    """The configurations a method tries on the dev intents (CE has no lambda to tune)."""
+    return tuple(c for c in TUNE_CONFIGS if method.startswith("acl") or c["contrastive_weight"] == TUNE_CONFIGS[0]["contrastive_weight"])
 
 
-def summarize(log: list[dict], args) -> dict:
-    methods: dict[str, dict] = {}
-    for method in ["untrained", *METHODS, *(f"{m}_tuned" for m in METHODS)]:
-        runs = sorted((r for r in log if r["method"] == method and r.get("phase") != "dev"), key=lambda r: r["seed"])
-        if runs:
-            methods[method] = {"seeds": [r["seed"] for r in runs], "steps": runs[0]["steps"],
-                               "train_seconds": mean_std([r["train_seconds"] for r in runs]),
-                               **{k: mean_std([r["scores"][k] for r in runs]) for k in runs[0]["scores"]}}
-            if method.endswith("_tuned"):
-                dev_runs = [r for r in log if r.get("phase") == "dev" and r["method"] == method.removesuffix("_tuned")]
-                methods[method]["chosen_on_dev"] = {"epochs": runs[0]["epochs"], "contrastive_weight": runs[0].get("contrastive_weight")}
-                methods[method]["dev_runs"] = [{"epochs": r["epochs"], "contrastive_weight": r["contrastive_weight"],
-                                               "dev_unseen10": r["dev"], "steps": r["steps"]} for r in dev_runs]
-    untrained_dev = [r["dev"] for r in log if r.get("phase") == "dev" and r["method"] == "untrained"]
-    if untrained_dev and "untrained" in methods:
-        methods["untrained"]["dev_unseen10"] = untrained_dev[0]
-    base = methods.get("untrained")
+def methods() -> list[Method]:
+    """``untrained``; each of ``METHODS`` at the fixed settings; ``<method>_tuned``: its epochs and
+    lambda chosen on the dev intents, then every seed of the choice."""
+    fixed = [Method(name, "acl", options=METHODS[name]) for name in METHODS]
+    tuned = [Method(f"{name}_tuned", "acl", tune_configs(name), options=METHODS[name], separate_dev=True) for name in METHODS]
+    return [Method("untrained", seeds=(0,)), *fixed, *tuned]
+
+
+def spec_of(run: Run, grid: Grid) -> dict:
+    """The run's spec as this benchmark has always logged it (its run key is made from it)."""
+    if run.phase == "dev":
+        config = grid.method(run.method).configs[run.config]
+        return {"method": run.method.removesuffix("_tuned"), "seed": run.seed, "phase": "dev", **config}
+    if run.method.endswith("_tuned"):
+        return {"method": run.method, "seed": run.seed, **grid.method(run.method).configs[run.config], "dev": run.dev}
+    return {"method": run.method, "seed": run.seed}
+
+
+UNTRAINED_DEV = Run(SETTING, "untrained", 0, 0, "dev")  # the dev score to beat (--tune)
+
+
+def grid(args) -> Grid:
+    def key(run: Run) -> str:
+        return run_key({"epochs": args.epochs, **spec_of(run, plan), "max_steps": max_steps(args), "eval_rows": args.eval_rows})
+
+    plan = Grid(methods(), [SETTING], args.seeds, key=key, dev_score=lambda record: record["dev"],
+                tie_break=lambda method, config: -config["epochs"])  # ties: the cheaper run
+    return plan
+
+
+def test_scores(record: dict) -> dict[str, float]:
+    return {k: v for k, v in record["scores"].items() if k not in ("emotion", "sst2")}
+
+
+def general_block(records: list[dict]) -> dict:
+    """The cross-domain check: zero-shot emotion and SST-2 by their label names."""
+    return {f"zero_shot_{name}": mean_std([r["scores"][name] for r in records]) for name in ("emotion", "sst2")}
+
+
+def summarize(log, args) -> dict:
+    """``bench_zero_shot.json`` (without the environment): the shared result shape
+    (``settings -> unseen20 -> method -> entry``) and each method's gain over the untrained model."""
+    plan = grid(args)
+    entries = plan.results(log, test=test_scores, general=general_block,
+                           dev=lambda record: {"unseen10": record["dev"]} if record.get("phase") == "dev" else None).get(SETTING, {})
+    untrained_dev = log.get(plan.key(UNTRAINED_DEV))
+    if untrained_dev is not None and "untrained" in entries:
+        entries["untrained"]["dev"] = {"unseen10": untrained_dev["dev"]}
+    base = entries.get("untrained")
     gains = {}
-    if base:
-        for method, entry in methods.items():
-            if method != "untrained":
-                gains[method] = {k: entry[k]["mean"] - base[k]["mean"] for k in base if isinstance(base[k], dict) and "mean" in base[k] and k in entry and k != "train_seconds"}
+    if base and base["test"]:
+        for method, entry in entries.items():
+            if method != "untrained" and entry["test"]:
+                gains[method] = {k: entry[block][k]["mean"] - base[block][k]["mean"] for block in ("test", "general") for k in base[block]}
+    held = next((r.get("held_out_names") for r in log.values()), None)
     return {
-        "methods": methods,
-        "gain_over_untrained": gains,
+        "settings": {SETTING: entries} if entries else {},
+        "comparisons": {SETTING: {"gain_over_untrained": gains}},
         "protocol": {
-            "held_out_intents": None if not log else log[0].get("held_out_names"),
+            "held_out_intents": held,
             "template": TEMPLATE, "epochs": args.epochs, "max_steps_cap": max_steps(args), "eval_rows_cap": args.eval_rows,
             "learning_rate": args.learning_rate, "head_learning_rate": args.head_learning_rate,
             "contrastive_weight": args.contrastive_weight, "temperature": args.temperature,
@@ -269,34 +296,37 @@ def max_steps(args) -> int:
 def main(argv=None) -> int:
     args = parse_args(argv)
     budget = setup_from_args(args)
-    methods = selected(args, list(METHODS))
-    seeds = args.seeds
+    names = selected(args, list(METHODS))
     log = RunLog(args.run_log)
+
+    def write_summary() -> None:
+        write_results(args.output, summarize({r["key"]: r for r in log.records()}, args), device=args.device, indent=1)
+
     if args.summary_only:
-        write_results(args.output, summarize(log.records(), args), device=args.device, indent=1)
+        write_summary()
         return 0
     data = load_data(args)
     held_names = [data["names"][k] for k in data["held"]]
-    specs = [{"method": "untrained", "seed": 0}] + [{"method": m, "seed": s} for s in seeds for m in methods]
-    if args.tune:
-        specs = tuned_specs(log.records(), methods, seeds)
-    while specs:
-        spec = specs.pop(0)
-        key = run_key({"epochs": args.epochs, **spec, "max_steps": max_steps(args), "eval_rows": args.eval_rows})
-        if log.done(key):
-            continue
+    plan = grid(args)
+    order = ["untrained", *(f"{m}_tuned" if args.tune else m for m in names)]
+    while True:
+        runs = plan.plan(log, order)  # again after every run: a tuned method's seeds follow its dev choice
+        if args.tune and not log.done(plan.key(UNTRAINED_DEV)):
+            runs.insert(0, UNTRAINED_DEV)
+        if not runs:
+            break
+        run = runs[0]
+        spec, key = spec_of(run, plan), plan.key(run)
         if not budget.allows(spec.get("phase", "test")):
             break
         logger.info("run %s", key)
         with budget.timed(spec.get("phase", "test")):
-            record = run(spec, data, args)
+            record = run_spec(spec, data, args)
         record.update(held_out_names=held_names, dry_run=args.dry_run)
         log.append(key, json_safe(record))
         logger.info("done: %s", record.get("scores", record.get("dev")))
-        if args.tune:  # the chosen configuration's runs appear once its dev runs are done
-            specs = tuned_specs(log.records(), methods, seeds)
-        write_results(args.output, summarize(log.records(), args), device=args.device, indent=1)
-    write_results(args.output, summarize(log.records(), args), device=args.device, indent=1)
+        write_summary()
+    write_summary()
     return 0
 
 

@@ -374,26 +374,46 @@ ZERO_SHOT_LABELS = {"untrained": "untrained", "ce_free": "CE, free label vectors
                     "acl_embed_encoded_tuned": "ACL-Embed, encoded, tuned on the dev split of intents"}
 
 
-def table_zero_shot(results: Results) -> str:
-    columns = [("heldout20", "20 unseen intents (by name)"), ("seen57", "57 seen intents (trained head)"),
-               ("all77_heldout_rows", "all 77, unseen rows"), ("emotion", "emotion (names)"), ("sst2", "SST-2 (names)")]
+def candidates_table(entries: Mapping[str, Mapping], labels: Mapping[str, str], config_text: Callable[[Mapping], str],
+                     header: list[str]) -> str:
+    """Every configuration a method tried on dev, with its dev score and the chosen one marked: a
+    row per (method, configuration) of the shared result shape's ``chosen_on_dev``."""
     rows = []
-    for name, run in results["bench_zero_shot"]["methods"].items():
-        rows.append([ZERO_SHOT_LABELS.get(name, name)] + [fmt(run[key] if len(run["seeds"]) > 1 else mean_of(run[key]))
-                                                         for key, _ in columns] + [str(len(run["seeds"]))])
-    return table(["model"] + [label for _, label in columns] + ["seeds"], rows)
+    for name, entry in entries.items():
+        chosen = entry.get("chosen_on_dev") or {}
+        for config, score in (chosen.get("dev_by_config") or {}).items():
+            mark = " (chosen)" if config == str(chosen["config"]) else ""
+            rows.append([labels.get(name, name), config_text(chosen["options_by_config"][config]) + mark, fmt(score)])
+    return table(header, rows)
+
+
+def zero_shot_entries(results: Results) -> Mapping[str, Mapping]:
+    return results["bench_zero_shot"]["settings"]["unseen20"]
+
+
+def table_zero_shot(results: Results) -> str:
+    def cell(key: str) -> Callable[[Mapping], str]:
+        def render(entry: Mapping) -> str:
+            value = entry["test"].get(key, (entry.get("general") or {}).get(f"zero_shot_{key}"))
+            return fmt(value if len(entry["seeds"]) > 1 else mean_of(value))
+        return render
+
+    columns = [("20 unseen intents (by name)", cell("heldout20")), ("57 seen intents (trained head)", cell("seen57")),
+               ("all 77, unseen rows", cell("all77_heldout_rows")), ("emotion (names)", cell("emotion")),
+               ("SST-2 (names)", cell("sst2")), ("seeds", lambda entry: str(len(entry["seeds"])))]
+    return benchmark_table(zero_shot_entries(results), columns, ZERO_SHOT_LABELS, first="model")
 
 
 def table_zero_shot_dev(results: Results) -> str:
-    methods = results["bench_zero_shot"]["methods"]
-    rows = [["untrained", "", fmt(methods["untrained"].get("dev_unseen10"))]]
-    for name, run in methods.items():
-        for dev_run in run.get("dev_runs", []):
-            chosen = run["chosen_on_dev"]
-            mark = " (chosen)" if all(dev_run.get(k) == v for k, v in chosen.items()) else ""
-            rows.append([ZERO_SHOT_LABELS.get(name.removesuffix("_tuned"), name),
-                         f"{dev_run['epochs']:g} epoch(s), λ {dev_run['contrastive_weight']}{mark}", fmt(dev_run["dev_unseen10"])])
-    return table(["model", "configuration", "dev: zero-shot on 10 other unseen intents"], rows)
+    entries = zero_shot_entries(results)
+    untrained = [["untrained", "", fmt((entries["untrained"].get("dev") or {}).get("unseen10"))]]
+    tuned = {name: entry for name, entry in entries.items() if entry.get("chosen_on_dev", {}).get("options_by_config")
+             and name != "untrained"}
+    labels = {name: ZERO_SHOT_LABELS.get(name.removesuffix("_tuned"), name) for name in tuned}
+    text = candidates_table(tuned, labels, lambda c: f"{c['epochs']:g} epoch(s), λ {c['contrastive_weight']}",
+                            ["model", "configuration", "dev: zero-shot on 10 other unseen intents"])
+    head, rule, *rows = text.split("\n")
+    return "\n".join([head, rule, "| " + " | ".join(untrained[0]) + " |", *rows])
 
 
 def table_exits(results: Results) -> str:
@@ -590,7 +610,7 @@ STANDINGS = [  # (what, file, baseline path(s), label(s), ours, label); of sever
      ("emotion.10-shot.ce.test.accuracy", "emotion.10-shot.supcon.test.accuracy"), ("CE", "CE + SupCon"),
      "emotion.10-shot.acl_embed_encoded.test.accuracy", "ACL-Embed, encoded names"),
     ("Zero-shot on 20 unseen Banking77 intents, by name", "bench_zero_shot",
-     "methods.ce_free.heldout20", "CE", "methods.acl_embed_encoded.heldout20", "ACL-Embed, encoded names"),
+     "settings.unseen20.ce_free.test.heldout20", "CE", "settings.unseen20.acl_embed_encoded.test.heldout20", "ACL-Embed, encoded names"),
 ]
 
 

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "eval" / "results"
 
 
-def _grid(**kwargs) -> Grid:
-    methods = [Method("untrained", seeds=(0,)), Method("a", "mnrl", ({"lr": 1}, {"lr": 2}, {"lr": 3})),
+def _grid(separate_dev: bool = False, **kwargs) -> Grid:
+    methods = [Method("untrained", seeds=(0,)), Method("a", "mnrl", ({"lr": 1}, {"lr": 2}, {"lr": 3}), separate_dev=separate_dev),
                Method("b", "cosent", ({"scale": 20},), settings=("s1",))]
     return Grid(methods, ["s1", "s2"], [0, 1, 2], key=lambda r: f"{r.setting}/{r.method}/{r.config}/{r.seed}/{r.phase}",
                 dev_score=lambda record: record["dev"], **kwargs)
@@ -64,7 +64,8 @@ def test_the_result_shape():
     assert list(results) == ["s1"] and list(results["s1"]) == ["untrained", "a"]
     entry = results["s1"]["a"]
     assert entry["chosen_on_dev"] == {"config": 1, "options": {"lr": 2}, "configs_tried": 3, "configs_planned": 3,
-                                      "dev_by_config": {"0": 80.0, "1": 83.0, "2": 81.0}}
+                                      "dev_by_config": {"0": 80.0, "1": 83.0, "2": 81.0},
+                                      "options_by_config": {"0": {"lr": 1}, "1": {"lr": 2}, "2": {"lr": 3}}}
     assert entry["dev"] == {"score": 83.0}
     assert entry["test"]["score"]["values"] == [82.0, 83.0] and entry["seeds"] == [0, 1] and entry["seeds_planned"] == [0, 1, 2]
     assert entry["cost"] == {"train_seconds": {"mean": 10.0, "std": 0.0, "values": [10.0, 10.0]}, "steps": 5}
@@ -107,3 +108,33 @@ def test_pairs_quality_json_is_its_run_log_summarised():
     stored = json.loads((RESULTS / "pairs_quality.json").read_text(encoding="utf-8"))
     rebuilt = bench.summarize({r["key"]: r for r in _records("pairs_quality_runs.jsonl")})
     assert _json(rebuilt) == stored["settings"]
+
+
+def test_bench_zero_shot_json_is_its_run_log_summarised():
+    bench = _bench("bench_zero_shot")
+    stored = json.loads((RESULTS / "bench_zero_shot.json").read_text(encoding="utf-8"))
+    rebuilt = bench.summarize({r["key"]: r for r in _records("zero_shot_runs.jsonl")}, bench.parse_args([]))
+    assert _json(rebuilt) == {k: v for k, v in stored.items() if k != "environment"}
+
+
+def test_bench_zero_shot_keeps_its_run_keys():
+    """Every run of the log is a run of the grid under the key it was logged with, so the log resumes."""
+    bench = _bench("bench_zero_shot")
+    args = bench.parse_args([])
+    log = {r["key"]: r for r in _records("zero_shot_runs.jsonl")}
+    grid = bench.grid(args)
+    planned = {grid.key(run) for name in ["untrained", *bench.METHODS, *(f"{m}_tuned" for m in bench.METHODS)]
+               for setting in grid.settings for run in [*grid.dev_runs(setting, grid.method(name)),
+                                                        *grid.final_runs(log, setting, grid.method(name), grid.chosen(log, setting, grid.method(name)) or 0)]}
+    planned.add(grid.key(bench.UNTRAINED_DEV))
+    assert set(log) <= planned
+    assert grid.plan(log, ["untrained", "ce_encoded_tuned", "acl_embed_encoded_tuned"]) == []  # nothing of --tune left to run
+
+
+def test_pairs_quality_keeps_its_run_keys():
+    bench = _bench("bench_pairs_quality")
+    log = {r["key"]: r for r in _records("pairs_quality_runs.jsonl")}
+    grid = bench.grid()
+    known = {grid.key(run) for method in grid.methods for setting in grid.settings if method.runs_in(setting)
+             for run in [*grid.dev_runs(setting, method), *grid.final_runs(log, setting, method, grid.chosen(log, setting, method) or 0)]}
+    assert set(log) <= known

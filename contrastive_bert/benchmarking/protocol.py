@@ -7,12 +7,13 @@ A benchmark on this protocol is its :class:`Method` list and its scoring functio
 - a **grid** (:class:`Grid`) is methods x configurations x seeds, per setting: every configuration
   of a method runs at the first seed and the dev score picks one (best, first on ties; a method of
   one configuration needs no choice), then the chosen configuration runs the other seeds. Where the
-  dev score comes from runs of their own (``separate_dev=True``: e.g. a dev split of intents), the
+  dev score comes from runs of their own (a method's ``separate_dev``: e.g. a dev split of intents), the
   chosen configuration then runs every seed for test;
 - **paired differences** (:func:`paired_difference`): method A minus method B seed by seed;
 - **one result shape** (:meth:`Grid.results`): ``setting -> method -> entry`` with
 
-  ``chosen_on_dev``: ``{"config", "options", "configs_tried", "configs_planned", "dev_by_config"}``
+  ``chosen_on_dev``: ``{"config", "options", "configs_tried", "configs_planned", "dev_by_config",
+  "options_by_config"}``
   (while dev runs are missing: the best of those in), ``dev``: the chosen configuration's dev scores
   (metric -> value), ``test``: metric -> ``{mean, std, values}`` over ``seeds`` (``seeds_planned``:
   what the protocol will run), ``cost``: ``train_seconds`` (mean/std), ``steps``, ``train_rows``
@@ -46,8 +47,10 @@ class Method:
     ``learning_rate``); ``loss``: the loss-registry name (None: nothing is trained); ``options``:
     fixed loss options of every configuration; ``rows``: the training-row format (None: the
     loss's own); ``settings``: where it runs (None: every setting); ``seeds``: its own seeds (None:
-    the grid's; e.g. ``(0,)`` for a deterministic row such as the untrained model); ``fields``: what
-    the results entry carries besides the protocol's (``baseline``, ``note``, ...)."""
+    the grid's; e.g. ``(0,)`` for a deterministic row such as the untrained model); ``separate_dev``:
+    its dev scores come from dev-only runs (phase ``"dev"``, e.g. on a dev split of intents) and the
+    chosen configuration then runs every seed for test (even with one configuration); ``fields``:
+    what the results entry carries besides the protocol's (``baseline``, ``note``, ...)."""
 
     name: str
     loss: str | None = None
@@ -56,6 +59,7 @@ class Method:
     rows: str | None = None
     settings: tuple[str, ...] | None = None
     seeds: tuple[int, ...] | None = None
+    separate_dev: bool = False
     fields: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -73,8 +77,8 @@ class Method:
 @dataclass(frozen=True)
 class Run:
     """One run of the grid: ``phase`` ``"test"`` (scored on dev and test) or ``"dev"`` (a dev-only
-    run of a grid with ``separate_dev``); ``dev``: the dev score that chose ``config`` (runs after
-    the choice of a ``separate_dev`` grid), else None."""
+    run of a method with ``separate_dev``); ``dev``: the dev score that chose ``config`` (runs after
+    the choice of such a method), else None."""
 
     setting: str
     method: str
@@ -120,8 +124,7 @@ class Grid:
 
     ``key(run)``: the run's key in the benchmark's run log (string or mapping); ``dev_score(record)``:
     the number the choice maximises; ``tie_break(method, config)``: compared on equal dev scores
-    (larger wins; e.g. ``-epochs`` for the cheaper run); ``separate_dev``: dev scores come from
-    dev-only runs (phase ``"dev"``) and the chosen configuration runs every seed for test."""
+    (larger wins; e.g. ``-epochs`` for the cheaper run)."""
 
     methods: Sequence[Method]
     settings: Sequence[str]
@@ -129,7 +132,6 @@ class Grid:
     key: Callable[[Run], str | Mapping[str, Any]]
     dev_score: Callable[[dict], float]
     tie_break: Callable[[Method, Mapping[str, Any]], Any] | None = None
-    separate_dev: bool = False
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -146,13 +148,13 @@ class Grid:
         return log.get(run_key(self.key(run)))
 
     def needs_choice(self, method: Method) -> bool:
-        return len(method.configs) > 1 or self.separate_dev
+        return len(method.configs) > 1 or method.separate_dev
 
     def dev_runs(self, setting: str, method: Method) -> list[Run]:
         """The first-seed runs whose dev scores choose the configuration (none without a choice)."""
         if not self.needs_choice(method):
             return []
-        phase = "dev" if self.separate_dev else "test"
+        phase = "dev" if method.separate_dev else "test"
         return [Run(setting, method.name, c, self.seeds_of(method)[0], phase) for c in range(len(method.configs))]
 
     def dev_scores(self, log: Log, setting: str, method: Method) -> dict[int, float]:
@@ -177,8 +179,8 @@ class Grid:
 
     def final_runs(self, log: Log, setting: str, method: Method, config: int) -> list[Run]:
         """The chosen configuration's test runs: every seed (the first one is its dev run unless
-        ``separate_dev``)."""
-        dev = self.dev_scores(log, setting, method).get(config) if self.separate_dev else None
+        the method's ``separate_dev``)."""
+        dev = self.dev_scores(log, setting, method).get(config) if method.separate_dev else None
         return [Run(setting, method.name, config, seed, "test", dev) for seed in self.seeds_of(method)]
 
     def plan(self, log: Log, methods: Iterable[str] | None = None, settings: Iterable[str] | None = None) -> list[Run]:
@@ -211,7 +213,8 @@ class Grid:
         allowed: the choice among the dev runs in, the seeds done so far); None before its first run.
 
         ``test(record)`` / ``dev(record)``: metric -> score of one run; ``general(records)``: the
-        general-ability block over the seeds; ``cost(records)``: extra cost fields."""
+        general-ability block over the seeds; ``cost(records)``: extra cost fields. ``dev`` may
+        return None (a run without dev scores)."""
         config = self.chosen(log, setting, method, partial=True)
         if config is None:
             return None
@@ -224,11 +227,14 @@ class Grid:
         entry: dict[str, Any] = {
             "chosen_on_dev": {"config": config, "options": method.config(config), "configs_tried": len(scores) if scores else 1,
                               "configs_planned": len(method.configs),
-                              "dev_by_config": {str(c): s for c, s in scores.items()}},
-            "dev": dict(dev(dev_run)) if dev and dev_run is not None else None,
+                              "dev_by_config": {str(c): s for c, s in scores.items()},
+                              "options_by_config": {str(c): method.config(c) for c in scores}},
+            "dev": None,
             "test": {}, "seeds": [], "seeds_planned": self.seeds_of(method), "cost": {}, "general": None,
             **{"loss": method.loss, **method.fields},
         }
+        scored_dev = dev(dev_run) if dev and dev_run is not None else None
+        entry["dev"] = dict(scored_dev) if scored_dev is not None else None
         if seeds:
             metrics = [test(r) for r in seeds]
             entry["test"] = {name: mean_std([m[name] for m in metrics]) for name in metrics[0]}
