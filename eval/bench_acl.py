@@ -55,6 +55,7 @@ from contrastive_bert.benchmarking import (
     setup_from_args,
     write_results,
 )
+from contrastive_bert.benchmarking.protocol import paired_difference as protocol_paired_difference
 from contrastive_bert.inference.general_ability import general_ability, summarize_general
 
 logger = logging.getLogger("bench_acl")
@@ -485,18 +486,13 @@ PENDING_WHY = ("not reached yet in the CPU time so far (one process on 2 cores, 
 
 
 def paired_difference(a: dict, b: dict) -> dict | None:
-    """Test accuracy of method entry ``a`` minus ``b`` on the seeds both ran: mean, std, n and the
-    seeds ``a`` won; ``clear`` when every seed agrees in sign and |mean| exceeds the std."""
-    scores_a = dict(zip(a.get("seeds_done", []), (a.get("test") or {}).get("accuracy", {}).get("values", [])))
-    scores_b = dict(zip(b.get("seeds_done", []), (b.get("test") or {}).get("accuracy", {}).get("values", [])))
-    seeds = sorted(set(scores_a) & set(scores_b))
-    if not seeds:
-        return None
-    diffs = [scores_a[s] - scores_b[s] for s in seeds]
-    stat = mean_std(diffs)
-    won = sum(d > 0 for d in diffs)
-    return {"mean": stat["mean"], "std": stat["std"], "values": diffs, "seeds": seeds, "seeds_won": won,
-            "clear": len(seeds) > 1 and (won in (0, len(seeds))) and abs(stat["mean"]) > stat["std"]}
+    """Test accuracy of method entry ``a`` minus ``b`` on the seeds both ran (the shared protocol's
+    :func:`~contrastive_bert.benchmarking.protocol.paired_difference`; these entries name their
+    seeds ``seeds_done``)."""
+    def shared(entry: dict) -> dict:
+        return {"seeds": entry.get("seeds_done", []), "test": entry.get("test")}
+
+    return protocol_paired_difference(shared(a), shared(b), "accuracy")
 
 
 def verdict(entry: dict, regime: str) -> dict:

@@ -138,3 +138,13 @@ def test_pairs_quality_keeps_its_run_keys():
     known = {grid.key(run) for method in grid.methods for setting in grid.settings if method.runs_in(setting)
              for run in [*grid.dev_runs(setting, method), *grid.final_runs(log, setting, method, grid.chosen(log, setting, method) or 0)]}
     assert set(log) <= known
+
+
+def test_acl_quality_json_is_its_run_log_summarised():
+    """bench_acl (not on the shared grid yet: its choices depend on each other's) rebuilds its files
+    from its run log with the same figures; the label-name geometry needs the model and is left out."""
+    bench = _bench("bench_acl")
+    summary, protocol = bench.build_summary(_records("acl_quality_runs.jsonl"), bench.parse_args([]))
+    for name, rebuilt in (("acl_quality.json", summary), ("acl_quality_protocol.json", protocol)):
+        stored = json.loads((RESULTS / name).read_text(encoding="utf-8"))
+        assert _json(rebuilt) == {k: v for k, v in stored.items() if k not in ("environment", "label_names")}, name
