@@ -4,14 +4,13 @@ a benchmark on the protocol is rebuilt from its run log with the same figures.""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench_modules import load_bench
 from contrastive_bert.benchmarking.protocol import Grid, Method, Run, choose_on_dev, paired_difference
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,14 +84,7 @@ def test_paired_difference_pairs_by_seed():
 
 
 def _bench(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_rebuilt", ROOT / "eval" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(spec.name, None)
-    return module
+    return load_bench(name, f"{name}_rebuilt")
 
 
 def _records(log: str) -> list[dict]:

@@ -5,13 +5,12 @@ options, same head, same loss values on a batch."""
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from bench_modules import load_bench
 from contrastive_bert.heads.label_embedding import find_label_head
 from contrastive_bert.losses.acl_embed import ACLEmbedLoss
 from contrastive_bert.training.acl import ACL_METHODS, acl_loss_for_method
@@ -27,14 +26,7 @@ ATTRIBUTES = ("label_names", "temperature", "contrastive_weight", "gradient_gati
 
 
 def _bench_acl():
-    spec = importlib.util.spec_from_file_location("bench_acl_loss_options", ROOT / "eval" / "bench_acl.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(spec.name, None)
-    return module
+    return load_bench("bench_acl", "bench_acl_loss_options")
 
 
 def _bench_option_sets() -> list[tuple[str, dict]]:
