@@ -7,6 +7,7 @@ sentence-transformers' own test-suite, so tests never touch the network.
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
 
@@ -92,3 +93,19 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+def make_beir_folder(folder):
+    """Eight documents, six train queries, a dev and a test query: a BEIR folder that trains in a second."""
+    folder.mkdir()
+    topics = ["cats", "dogs", "fish", "birds", "trees", "rocks", "rivers", "stars"]
+    (folder / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": f"d{i}", "title": topic, "text": f"document {i} about {topic}"}) + "\n" for i, topic in enumerate(topics)))
+    (folder / "queries.jsonl").write_text("".join(
+        json.dumps({"_id": f"q{i}", "text": f"what about {topic}?"}) + "\n" for i, topic in enumerate(topics)))
+    (folder / "qrels").mkdir()
+    header = "query-id\tcorpus-id\tscore\n"
+    (folder / "qrels" / "train.tsv").write_text(header + "".join(f"q{i}\td{i}\t1\n" for i in range(6)))
+    (folder / "qrels" / "dev.tsv").write_text(header + "q6\td6\t1\n")
+    (folder / "qrels" / "test.tsv").write_text(header + "q7\td7\t1\n")
+    return folder

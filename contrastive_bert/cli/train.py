@@ -47,6 +47,10 @@ _HELP = {
                         "per-exit accuracy and early-exit sweep) to N shuffled rows per split (a retrieval task: N "
                         "queries, searched over the whole corpus); 0 skips them",
     "min_pair_score": "STS pairs with score >= this (in [0, 1]) are positives",
+    "corpus_negatives": "retrieval sets: JSON object; mine hard negatives from the set's own corpus with the model "
+                        "about to be trained (never a judged-relevant document), e.g. '{\"num_negatives\": 1}'; with "
+                        "'{\"refresh_every_epochs\": 1}' mined again by the model being trained every epoch (ANCE); keys: "
+                        "num_negatives, range_max, perc_pos, sampling, refresh_every_epochs",
     "labelled_negatives": "reranking data sets: pair every correct answer with a labelled wrong candidate of its "
                           "question (triplets)",
     "dev_task": "task scored on its validation split every --eval-steps during training ('' for none)",
@@ -66,7 +70,7 @@ _HELP = {
 }
 # Fields whose flags come from the shared helpers of cli/arguments.py.
 _SHARED = ("model", "datasets", "data_dir", "batch_size", "output_dir", "overwrite", "resume")
-_JSON_FIELDS = ("loss_options",)
+_JSON_FIELDS = ("loss_options", "corpus_negatives")
 _METAVARS = {"loss": "NAME", "dev_task": "TASK", "eval_tasks": "TASKS"}
 # The defaults of the fields derived from the training data (training/data_defaults.py), as --help shows them.
 _DERIVED_SHOWN = {

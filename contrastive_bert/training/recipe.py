@@ -46,6 +46,7 @@ class TrainingRecipe:
     max_eval_samples: int | None = None
     min_pair_score: float = 0.8
     labelled_negatives: bool = False
+    corpus_negatives: dict[str, Any] | None = None
     dev_task: str | None = "stsb"
     eval_tasks: list[str] = field(default_factory=lambda: ["stsb"])
     eval_steps: int = 50
@@ -92,6 +93,11 @@ class TrainingRecipe:
             raise ValueError(f"min_pair_score: expected a value in [0, 1], got {self.min_pair_score!r}")
         if not isinstance(self.labelled_negatives, bool):
             raise ValueError(f"labelled_negatives: expected true or false, got {self.labelled_negatives!r}")
+        from contrastive_bert.training.corpus_negatives import CorpusNegatives
+
+        CorpusNegatives.from_field(self.corpus_negatives)  # each key checked here, before anything loads
+        if self.corpus_negatives is not None and self.labelled_negatives:
+            raise ValueError("corpus_negatives, labelled_negatives: choose one source of hard negatives")
         if self.head_learning_rate is not None and not self.head_learning_rate > 0:
             raise ValueError(f"head_learning_rate: expected a positive number or None, got {self.head_learning_rate!r}")
         if self.max_seq_length is not None and self.max_seq_length < 2:

@@ -187,6 +187,10 @@ def check_recipe(recipe: TrainingRecipe):
 
     resolve_data_dir(recipe.data_dir)
     check_train_datasets(recipe.datasets, entry.data_format, recipe.labelled_negatives)
+    if recipe.corpus_negatives is not None:
+        from contrastive_bert.training.corpus_negatives import check_corpus_negative_datasets
+
+        check_corpus_negative_datasets(recipe.datasets, entry.data_format)
     if recipe.eval_tasks:
         check_tasks(recipe.eval_tasks)
     if recipe.dev_task:
@@ -275,12 +279,14 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
 
     output_dir = Path(recipe.output_dir)
     run_data = RunData(recipe.data_dir)  # each data set read once: training rows, dev evaluator, before/after
-    train_dataset = build_train_dataset(
-        recipe.datasets, entry.data_format, data_dir=recipe.data_dir, min_pair_score=recipe.min_pair_score,
-        max_samples=recipe.max_train_samples, seed=recipe.seed, labelled_negatives=recipe.labelled_negatives,
-        load=run_data.__getitem__,
-    )
-    check_enough_rows(train_dataset, recipe)
+    mining = None
+    if recipe.corpus_negatives is None:
+        train_dataset = build_train_dataset(
+            recipe.datasets, entry.data_format, data_dir=recipe.data_dir, min_pair_score=recipe.min_pair_score,
+            max_samples=recipe.max_train_samples, seed=recipe.seed, labelled_negatives=recipe.labelled_negatives,
+            load=run_data.__getitem__,
+        )
+        check_enough_rows(train_dataset, recipe)
     evaluator = TaskEvaluator(recipe.dev_task, data=run_data[recipe.dev_task]) if recipe.dev_task else None
     eval_data = evaluation_data(recipe, run_data)
     model = load_model(recipe.model)
@@ -288,6 +294,15 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
         model.max_seq_length = recipe.max_seq_length
     elif getattr(model, "max_seq_length", None) is not None:  # the model's full length, recorded as a number
         recipe = dataclasses.replace(recipe, max_seq_length=int(model.max_seq_length))
+    callbacks = list(callbacks or [])
+    if recipe.corpus_negatives is not None:  # mined by the model about to be trained (and refreshed: ANCE)
+        from contrastive_bert.training.corpus_negatives import CorpusNegatives, mine_training_rows
+
+        train_dataset, refresh, mining = mine_training_rows(
+            model, recipe.datasets, CorpusNegatives.from_field(recipe.corpus_negatives), run_data.__getitem__,
+            seed=recipe.seed, max_samples=recipe.max_train_samples)
+        callbacks += refresh
+        check_enough_rows(train_dataset, recipe)
 
     if recipe.overwrite:  # only now that data and model have loaded
         clear_run(output_dir)
@@ -312,5 +327,7 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
     after = evaluate_recipe_tasks(model, recipe, eval_data)
     results = {"recipe": recipe.recorded(), "before": before, "after": after, "train_seconds": seconds,
                "train_rows": len(train_dataset), "global_step": trainer.state.global_step}
+    if mining is not None:
+        results["corpus_negatives"] = {"mining": mining, "refreshes": [r.history for r in callbacks if hasattr(r, "history")]}
     write_json(output_dir / RESULTS_FILE, results)
     return TrainingOutcome(model, str(output_dir), before, after, trainer.state.log_history, seconds)

@@ -13,23 +13,9 @@ import pytest
 from contrastive_bert.cli import build_cli, main
 from contrastive_bert.cli.train import recipe_from_args
 
+from conftest import make_beir_folder
+
 TINY_MAX_SEQ_LENGTH = 32  # the tiny BERT's own limit (tests/conftest.py)
-
-
-def _beir_folder(folder):
-    """Eight documents, six train queries, a dev and a test query: a BEIR folder that trains in a second."""
-    folder.mkdir()
-    topics = ["cats", "dogs", "fish", "birds", "trees", "rocks", "rivers", "stars"]
-    (folder / "corpus.jsonl").write_text("".join(
-        json.dumps({"_id": f"d{i}", "title": topic, "text": f"document {i} about {topic}"}) + "\n" for i, topic in enumerate(topics)))
-    (folder / "queries.jsonl").write_text("".join(
-        json.dumps({"_id": f"q{i}", "text": f"what about {topic}?"}) + "\n" for i, topic in enumerate(topics)))
-    (folder / "qrels").mkdir()
-    header = "query-id\tcorpus-id\tscore\n"
-    (folder / "qrels" / "train.tsv").write_text(header + "".join(f"q{i}\td{i}\t1\n" for i in range(6)))
-    (folder / "qrels" / "dev.tsv").write_text(header + "q6\td6\t1\n")
-    (folder / "qrels" / "test.tsv").write_text(header + "q7\td7\t1\n")
-    return folder
 
 
 def _recipe(argv: list[str]):
@@ -58,7 +44,7 @@ def test_a_registry_retrieval_set_is_its_own_dev_and_eval_task(tmp_path, shared_
 def test_a_beir_folder_is_its_own_dev_and_eval_task(tmp_path, tiny_loader, monkeypatch, capsys):
     """A user's BEIR folder, no recipe: dev nDCG@10 on its dev judgements during training, test
     nDCG@10 before and after, a folder named after it."""
-    folder = _beir_folder(tmp_path / "my_corpus")
+    folder = make_beir_folder(tmp_path / "my_corpus")
     monkeypatch.chdir(tmp_path)
     assert main(["train", "--datasets", str(folder), *TINY_STEP, "--eval-steps", "1"]) == 0
     run = tmp_path / "output" / "my_corpus-mnrl"
@@ -135,7 +121,7 @@ def test_a_retrieval_set_is_loaded_once_per_run(tmp_path, tiny_loader, monkeypat
     import contrastive_bert.data.beir as beir
     import contrastive_bert.data.loading as loading
 
-    folder = _beir_folder(tmp_path / "my_corpus")
+    folder = make_beir_folder(tmp_path / "my_corpus")
     reads, built = [], []
     real_local, real_splits = loading.load_local, beir.RetrievalData.from_splits.__func__
     monkeypatch.setattr(loading, "load_local", lambda spec, path: reads.append(spec.name) or real_local(spec, path))
@@ -153,7 +139,7 @@ def test_num_negatives_means_the_same_on_every_data_set(dataset, tmp_path, share
     sentence-transformers' miner writes on a pair set), two negative columns in n-tuple."""
     from collections import Counter
 
-    name = str(_beir_folder(tmp_path / "my_corpus")) if dataset == "beir_folder" else "stsb"
+    name = str(make_beir_folder(tmp_path / "my_corpus")) if dataset == "beir_folder" else "stsb"
     base = ["mine", "--dataset", name, "--data-dir", str(shared_data), "--model", "tiny", "--num-negatives", "2",
             "--relative-margin", "0", "--max-samples", "12"]
     triplets, tuples = tmp_path / "triplets.jsonl", tmp_path / "tuples.jsonl"
@@ -171,7 +157,7 @@ def test_num_negatives_means_the_same_on_every_data_set(dataset, tmp_path, share
 
 
 def test_mining_a_corpus_shows_progress_and_what_was_dropped(tmp_path, tiny_loader, capsys):
-    folder = _beir_folder(tmp_path / "my_corpus")
+    folder = make_beir_folder(tmp_path / "my_corpus")
     # q0 judged relevant to six of the eight documents (five in test): two unjudged left, fewer than 3 negatives
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq7\td7\t1\n" + "".join(f"q0\td{i}\t1\n" for i in range(1, 6)))
     mined = tmp_path / "mined.jsonl"
@@ -190,7 +176,7 @@ def test_mining_a_corpus_shows_progress_and_what_was_dropped(tmp_path, tiny_load
 
 
 def test_resume_without_output_dir_finds_the_derived_folder(tmp_path, shared_data, tiny_loader, monkeypatch, capsys):
-    folder = _beir_folder(tmp_path / "my_corpus")
+    folder = make_beir_folder(tmp_path / "my_corpus")
     monkeypatch.chdir(tmp_path)
     assert main(["train", "--datasets", str(folder), *TINY_STEP, "--max-steps", "2"]) == 0
     capsys.readouterr()

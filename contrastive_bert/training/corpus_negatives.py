@@ -1,0 +1,135 @@
+"""Training rows with hard negatives mined from a retrieval set's own corpus: the recipe field
+``corpus_negatives``.
+
+A retrieval set trains on (query, relevant document) pairs. With ``corpus_negatives`` each pair
+gets ``num_negatives`` hard negatives from the corpus, mined by the model about to be trained
+(:func:`~contrastive_bert.corpus_mining.mine_corpus_negatives`: never a document judged relevant to
+the query in any split; candidates scoring above ``perc_pos`` x the positive dropped), and, with
+``refresh_every_epochs``, mined again by the model being trained every that many epochs
+(:class:`~contrastive_bert.training.corpus_refresh.CorpusNegativeRefresh`, ANCE)::
+
+    corpus_negatives: {num_negatives: 1, range_max: 100, perc_pos: 0.95, refresh_every_epochs: 1}
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import datasets
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CorpusNegatives", "mine_training_rows"]
+
+
+@dataclass(frozen=True)
+class CorpusNegatives:
+    """The ``corpus_negatives`` recipe field, checked on creation.
+
+    Args:
+        num_negatives: hard negatives per (query, relevant document) pair (columns ``negative_1..``).
+        range_max: candidates searched per query (the most similar unjudged documents).
+        perc_pos: drop candidates scoring above this x the positive's score (TopK-PercPos); None: off.
+        sampling: ``top`` (the hardest survivors) or ``random`` among them.
+        refresh_every_epochs: mine again with the model being trained before every that many
+            epochs (ANCE); None: mine once, before training.
+    """
+
+    num_negatives: int = 1
+    range_max: int = 100
+    perc_pos: float | None = 0.95
+    sampling: Literal["top", "random"] = "top"
+    refresh_every_epochs: int | None = None
+
+    def __post_init__(self) -> None:
+        def positive_int(name: str, value: object, allow_none: bool = False) -> None:
+            if value is None and allow_none:
+                return
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"corpus_negatives.{name}: expected a positive integer{' or null' if allow_none else ''}, got {value!r}")
+
+        positive_int("num_negatives", self.num_negatives)
+        positive_int("range_max", self.range_max)
+        positive_int("refresh_every_epochs", self.refresh_every_epochs, allow_none=True)
+        if self.range_max < self.num_negatives:
+            raise ValueError(f"corpus_negatives.range_max: expected at least num_negatives ({self.num_negatives}), got {self.range_max}")
+        if self.perc_pos is not None and (isinstance(self.perc_pos, bool) or not isinstance(self.perc_pos, (int, float))
+                                          or not 0 < self.perc_pos <= 1):
+            raise ValueError(f"corpus_negatives.perc_pos: expected a number in (0, 1] or null, got {self.perc_pos!r}")
+        if self.sampling not in ("top", "random"):
+            raise ValueError(f"corpus_negatives.sampling: expected 'top' or 'random', got {self.sampling!r}")
+
+    @classmethod
+    def from_field(cls, value: Mapping[str, Any] | None) -> CorpusNegatives | None:
+        """The recipe field's value (a mapping, or None for off) as a config; unknown keys are an error."""
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise ValueError(f"corpus_negatives: expected a mapping such as {{num_negatives: 1}} or null, got {value!r}")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ValueError(f"corpus_negatives.{unknown[0]}: unknown key; expected some of {sorted(known)}")
+        return cls(**value)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def mine_training_rows(
+    model,
+    names: list[str],
+    config: CorpusNegatives,
+    load: Callable[[str], Any],
+    max_positives_per_query: int | None = 4,
+    seed: int = 42,
+    max_samples: int | None = None,
+) -> tuple[datasets.Dataset, list, dict[str, Any]]:
+    """``(rows, callbacks, report)``: ``(anchor, positive, negative_1..)`` rows of the retrieval
+    sets ``names`` (each loaded by ``load(name)``, a :class:`~contrastive_bert.data.beir.RetrievalData`),
+    mined by ``model`` (shuffled with ``seed``, cut to ``max_samples``); the trainer callbacks that
+    refresh them (``refresh_every_epochs``); what the mining kept and dropped per data set, and its seconds."""
+    from contrastive_bert.corpus_mining import mine_corpus_negatives
+    from contrastive_bert.training.corpus_refresh import CorpusNegativeRefresh
+
+    check_corpus_negative_datasets(names)
+    if config.refresh_every_epochs is not None and len(names) > 1:
+        raise ValueError("corpus_negatives.refresh_every_epochs: refreshes one retrieval set at a time; train on one")
+    options = dict(num_negatives=config.num_negatives, range_max=config.range_max, perc_pos=config.perc_pos,
+                   sampling=config.sampling, max_positives_per_query=max_positives_per_query, seed=seed)
+    parts, callbacks, report = [], [], {}
+    for name in names:
+        data = load(name)
+        start = time.perf_counter()
+        rows, mined = mine_corpus_negatives(model, data, "train", return_report=True, **options)
+        report[name] = {**asdict(mined), "seconds": time.perf_counter() - start}
+        logger.info("corpus negatives of %s: %d of %d pairs kept (%.0f s)", name, mined.kept, mined.pairs, report[name]["seconds"])
+        rows = rows.shuffle(seed=seed)
+        if max_samples is not None:
+            rows = rows.select(range(min(max_samples, len(rows))))
+        if config.refresh_every_epochs is not None:
+            refresh = CorpusNegativeRefresh(model, data, rows, every_epochs=config.refresh_every_epochs,
+                                            **{k: v for k, v in options.items() if k != "num_negatives"})
+            rows = refresh.rows
+            callbacks.append(refresh)
+        parts.append(rows)
+    if len(parts) == 1:
+        return parts[0], callbacks, report
+    rows = datasets.concatenate_datasets(parts).shuffle(seed=seed)
+    return (rows.select(range(min(max_samples, len(rows)))) if max_samples is not None else rows), callbacks, report
+
+
+def check_corpus_negative_datasets(names: list[str], data_format: str = "pairs") -> None:
+    """Fail early unless every data set is a retrieval set and the loss trains on pairs (it takes
+    the mined columns as hard negatives, as MNRL and the queue losses do)."""
+    from contrastive_bert.data import get_dataset
+
+    if data_format != "pairs":
+        raise ValueError(f"corpus_negatives: for losses that train on (anchor, positive[, negatives]) rows; this one trains on {data_format}")
+    others = [name for name in names if get_dataset(name).task_type != "retrieval"]
+    if others:
+        raise ValueError(f"corpus_negatives: mines a retrieval set's own corpus; {others} are not retrieval data sets")
