@@ -97,7 +97,7 @@ PROTOCOLS = {
 }
 SETTINGS = tuple(PROTOCOLS)
 LR = (2e-5, 5e-5)
-NOTHING_LEFT = 10  # exit status when every planned run is done (ends a --max-runs loop)
+NOTHING_LEFT = 10  # exit status under --max-runs when every planned run is done (ends a shell loop)
 
 
 @dataclass(frozen=True)
@@ -582,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         if not todo:
             logger.info("every planned run is in the log")
             write_summary()
-            return NOTHING_LEFT
+            return NOTHING_LEFT if args.max_runs is not None else 0
         if args.max_runs is not None and runs >= args.max_runs:
             break
         setting, name, config, seed = todo[0]
