@@ -56,6 +56,7 @@ from contrastive_bert.benchmarking import (
     setup_from_args,
     write_results,
 )
+from contrastive_bert.benchmarking.protocol import paired_difference
 from contrastive_bert.data import load_dataset
 from contrastive_bert.data.beir import RetrievalData
 from contrastive_bert.data.training_pairs import retrieval_pairs
@@ -325,24 +326,7 @@ def _mean_std_of(records: list[dict], *path: str) -> dict:
     return mean_std(values)
 
 
-def _paired(runs: dict[str, list[dict]], a: str, b: str) -> dict | None:
-    """Test nDCG@10 of method ``a`` minus ``b``, paired by seed on the seeds both ran (each at its
-    dev-chosen configuration): mean, std, per-seed values, seeds ``a`` won; ``clear`` when every
-    seed agrees in sign and |mean| exceeds the std."""
-    scores_a = {r["seed"]: r["test"]["ndcg_at_10"] for r in runs.get(a, [])}
-    scores_b = {r["seed"]: r["test"]["ndcg_at_10"] for r in runs.get(b, [])}
-    seeds = sorted(set(scores_a) & set(scores_b))
-    if not seeds:
-        return None
-    diffs = [scores_a[seed] - scores_b[seed] for seed in seeds]
-    stat = mean_std(diffs)
-    won = sum(d > 0 for d in diffs)
-    return {**stat, "seeds": seeds, "seeds_won": won,
-            "clear": len(seeds) > 1 and won in (0, len(seeds)) and abs(stat["mean"]) > stat["std"]}
-
-
-def verdict(setting: str, methods: dict[str, dict], chosen_runs: dict[str, list[dict]], untrained: dict,
-            decisive: list[str], seeds: list[int]) -> dict:
+def verdict(methods: dict[str, dict], untrained: dict, decisive: list[str], seeds: list[int]) -> dict:
     """The README's retrieval row: the best sentence-transformers method and the best of ours (both
     chosen on dev), ours minus theirs paired by seed, what the queue (or refresh) adds (ours minus
     each ablation), and ours' general ability against the untrained model; ``pending`` until the
@@ -353,8 +337,9 @@ def verdict(setting: str, methods: dict[str, dict], chosen_runs: dict[str, list[
     out: dict[str, Any] = {"baseline": baseline, "ours": ours, "decisive": decisive}
     if baseline is None or ours is None:
         return {**out, "pending": True}
-    out["ours_minus_baseline"] = _paired(chosen_runs, ours, baseline)
-    out["ablations"] = {name: _paired(chosen_runs, ours, name) for name in METHODS[ours].ablations if name in chosen_runs}
+    out["ours_minus_baseline"] = paired_difference(methods[ours], methods[baseline], "ndcg_at_10")
+    out["ablations"] = {name: paired_difference(methods[ours], methods[name], "ndcg_at_10")
+                        for name in METHODS[ours].ablations if name in methods}
     out["general_vs_untrained"] = {
         "stsb": methods[ours]["stsb"]["mean"] - untrained["general"]["stsb"],
         "zero_shot_mean": methods[ours]["zero_shot_mean"]["mean"] - untrained["general"]["zero_shot_mean"],
@@ -387,7 +372,6 @@ def summarize(records: list[dict], seeds: list[int]) -> dict:
         if untrained is None:
             continue
         methods = {}
-        chosen_runs: dict[str, list[dict]] = {}
         protocol = PROTOCOLS[setting]
         for name, method in METHODS.items():
             runs = [r for r in mine if r["method"] == name]
@@ -396,7 +380,6 @@ def summarize(records: list[dict], seeds: list[int]) -> dict:
                 continue
             chosen = max(tuning, key=lambda c: tuning[c]["dev"]["ndcg_at_10"])
             finished = sorted((r for r in runs if r["config"] == chosen), key=lambda r: r["seed"])
-            chosen_runs[name] = finished
             options = dict(method.configs[chosen])
             methods[name] = {
                 "baseline": method.baseline, "loss": method.loss, "rows": method.rows, "note": method.note, "options": options,
@@ -429,7 +412,7 @@ def summarize(records: list[dict], seeds: list[int]) -> dict:
             "last_loss": r["last_loss"], **{k: r["queue_probe"][k] for k in ("steps_with_full_queue", "full", "thirds")},
         } for r in mine if r.get("queue_probe")}
         out[setting] = {
-            "verdict": verdict(setting, methods, chosen_runs, untrained, decisive, seeds),
+            "verdict": verdict(methods, untrained, decisive, seeds),
             "queue_diagnosis": diagnosis,
             "untrained": {"dev": untrained["dev"], "test": untrained["test"], **untrained["general"]},
             "methods": methods,
