@@ -17,9 +17,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import datasets
+if TYPE_CHECKING:  # the recipe checks this config at --help speed: no datasets import at module load
+    import datasets
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,8 @@ def mine_training_rows(
         parts.append(rows)
     if len(parts) == 1:
         return parts[0], callbacks, report
+    import datasets
+
     rows = datasets.concatenate_datasets(parts).shuffle(seed=seed)
     return (rows.select(range(min(max_samples, len(rows)))) if max_samples is not None else rows), callbacks, report
 
