@@ -22,7 +22,7 @@ import json
 import re
 import sys
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,13 +129,28 @@ PAIR_LABELS = {
 }
 
 
-def benchmark_table(entries: Mapping[str, Mapping], columns: list[tuple[str, Callable[[Mapping], str]]],
-                    labels: Mapping[str, str], first: str = "method", unlabelled: str = "{}") -> str:
-    """The table of one setting of a benchmark: a row per results entry (``method -> entry``, the
-    shared result shape of ``contrastive_bert.benchmarking.protocol``), its label first, then one
-    cell per ``(header, cell(entry))`` column. ``unlabelled``: how a method without a label is named."""
-    rows = [[labels.get(name, unlabelled.format(name))] + [cell(entry) for _, cell in columns] for name, entry in entries.items()]
-    return table([first] + [header for header, _ in columns], rows)
+def benchmark_table(entries: Mapping[object, object], columns: list[tuple[str, Callable]],
+                    labels: Mapping[str, str] | Callable[[object], str | tuple[str, ...]], first: str | list[str] = "method",
+                    unlabelled: str = "{}") -> str:
+    """The one table of the docs: a row per entry (``name -> entry``: a setting of the shared result
+    shape of ``contrastive_bert.benchmarking.protocol``, or any other results block), its label
+    first, then one cell per ``(header, cell(entry))`` column. ``labels``: a mapping (a name without
+    a label is ``unlabelled.format(name)``) or a function of the name, whose tuple fills several
+    first columns (``first`` then lists their headers)."""
+    name_of = labels if callable(labels) else lambda name: labels.get(name, unlabelled.format(name))
+    label_cells = lambda name: [name_of(name)] if isinstance(name_of(name), str) else list(name_of(name))  # noqa: E731
+    rows = [label_cells(name) + [cell(entry) for _, cell in columns] for name, entry in entries.items()]
+    return table(([first] if isinstance(first, str) else first) + [header for header, _ in columns], rows)
+
+
+def columns_for(keys: Iterable, cell: Callable[[object, object], str], header: Callable[[object], str] = str) -> list:
+    """One column per key: ``(header(key), entry -> cell(entry, key))``."""
+    return [(header(key), lambda entry, key=key: cell(entry, key)) for key in keys]
+
+
+def maybe(value: object, render: Callable[[object], str]) -> str:
+    """``render(value)``, or nothing for a missing value."""
+    return "" if value is None else render(value)
 
 
 def point_or_stat(entry: Mapping, value: object, seeds: bool = True) -> str:
@@ -160,21 +175,13 @@ def general_columns(entries: Mapping[str, Mapping]) -> list[tuple[str, Callable[
             for k in names]
 
 
-def pairs_table(results: Results, setting: str) -> str:
-    """One setting of pairs_quality.json: dev-chosen configuration, dev, test mean ± std (seeds), general ability."""
+def table_pairs(results: Results, setting: str) -> str:
+    """One setting of pairs_quality.json (``{{table pairs SETTING}}``): dev-chosen configuration, dev, test mean ± std (seeds), general ability."""
     data = results["pairs_quality"]
     entries, metric = data["settings"][setting], data["protocol"]["test_metric"][setting]
     columns = [("chosen on dev (configs run/planned)", chosen_text), ("dev", lambda e: fmt(e["dev"][metric])),
                ("test: mean ± std (seeds)", lambda e: point_or_stat(e, e["test"][metric]))]
     return benchmark_table(entries, columns + general_columns(entries), PAIR_LABELS, unlabelled="`{}`")
-
-
-def table_pairs_answer_selection(results: Results) -> str:
-    return pairs_table(results, "answer_selection")
-
-
-def table_pairs_sts(results: Results) -> str:
-    return pairs_table(results, "sts")
 
 
 RETRIEVAL_LABELS = {
@@ -271,51 +278,30 @@ GENERAL_LABELS = {"zero_shot_banking77": "zero-shot Banking77", "zero_shot_emoti
 ACL_LABELS = {"logreg": "logistic regression on frozen embeddings", "ce": "CE", "supcon": "CE + SupCon",
               "acl_embed": "ACL-Embed", "acl_embed_encoded": "ACL-Embed, encoded label names",
               "acl_embed_grad": "ACL-Embed + ACL-Grad"}
+ACL_OPTIONS = {"learning_rate": "lr", "contrastive_weight": "λ", "temperature": "τ"}
 
 
-def acl_table(results: Results, dataset: str, regime: str = "10-shot") -> str:
-    rows = []
+def table_acl(results: Results, dataset: str, regime: str) -> str:
+    """One data set and regime of acl_quality.json: a row per method (``{{table acl DATASET REGIME}}``)."""
     block = results["acl_quality"].get(dataset, {}).get(regime)
     if not block:
         return f"*Not run yet: `acl_quality.json` has no {dataset} {regime} results.*"
-    for name, run in block.items():
-        chosen = run.get("chosen_on_dev") or {}
-        chosen_text = "" if "classifier" in chosen else ", ".join(
-            f"{ {'learning_rate': 'lr', 'contrastive_weight': 'λ', 'temperature': 'τ'}.get(k, k)} {v}" for k, v in chosen.items())
-        test = run.get("test") or {}
-        gated = run.get("gated_share")
-        angle = run.get("mean_angle")
-        agreement = run.get("agreement_with_exact") if name == "acl_embed_grad" else None
-        general = run.get("general") or {}
-        rows.append([ACL_LABELS.get(name, name), chosen_text, fmt((run.get("dev") or {}).get("accuracy")),
-                     fmt(test.get("accuracy"), seeds=True), fmt(test.get("macro_f1")),
-                     fmt(mean_of(run["train_seconds"]), ".0f") if run.get("train_seconds") is not None else "",
-                     fmt(mean_of(general["stsb"]) if general.get("stsb") is not None else None),
-                     fmt(mean_of(general["zero_shot_mean"]) if general.get("zero_shot_mean") is not None else None),
-                     "" if gated is None else f"{100 * gated:.1f}%", "" if angle is None else f"{angle:.0f}°",
-                     "" if agreement is None else f"{100 * agreement:.0f}%"])
-    return table(["method", "chosen on dev", "dev acc.", "test acc.: mean ± std (seeds)", "test macro-F1",
-                  "train s", "STS-B after", "zero-shot mean after", "ACL-Grad gated", "mean angle", "cheap angle agrees with exact"], rows)
 
+    def after(key: str) -> Callable[[Mapping], str]:
+        return lambda e: maybe((e.get("general") or {}).get(key), lambda v: fmt(mean_of(v)))
 
-def table_acl_banking77(results: Results) -> str:
-    return acl_table(results, "banking77")
-
-
-def table_acl_emotion(results: Results) -> str:
-    return acl_table(results, "emotion")
-
-
-def table_acl_banking77_full(results: Results) -> str:
-    return acl_table(results, "banking77", "full")
-
-
-def table_acl_emotion_full(results: Results) -> str:
-    return acl_table(results, "emotion", "full")
-
-
-def table_acl_sst2_full(results: Results) -> str:
-    return acl_table(results, "sst2", "full")
+    chosen = lambda e: "" if "classifier" in (e.get("chosen_on_dev") or {}) else ", ".join(  # noqa: E731
+        f"{ACL_OPTIONS.get(k, k)} {v}" for k, v in (e.get("chosen_on_dev") or {}).items())
+    columns = [("chosen on dev", chosen), ("dev acc.", lambda e: fmt((e.get("dev") or {}).get("accuracy"))),
+               ("test acc.: mean ± std (seeds)", lambda e: fmt((e.get("test") or {}).get("accuracy"), seeds=True)),
+               ("test macro-F1", lambda e: fmt((e.get("test") or {}).get("macro_f1"))),
+               ("train s", lambda e: maybe(e.get("train_seconds"), lambda v: fmt(mean_of(v), ".0f"))),
+               ("STS-B after", after("stsb")), ("zero-shot mean after", after("zero_shot_mean")),
+               ("ACL-Grad gated", lambda e: maybe(e.get("gated_share"), lambda v: f"{100 * v:.1f}%")),
+               ("mean angle", lambda e: maybe(e.get("mean_angle"), lambda v: f"{v:.0f}°")),
+               ("cheap angle agrees with exact", lambda e: maybe(e.get("agreement_with_exact"), lambda v: f"{100 * v:.0f}%")
+                if e is block.get("acl_embed_grad") else "")]  # every method records it; only ACL-Grad uses it
+    return benchmark_table(block, columns, ACL_LABELS)
 
 
 ACL_DATASETS = {"banking77": "Banking77", "emotion": "emotion", "sst2": "SST-2"}
@@ -333,24 +319,26 @@ def _paired(diff: object) -> str:
 def table_acl_verdict(results: Results) -> str:
     """acl_quality.json's verdict: per data set and regime the best method on test (each tuned on dev),
     its paired margins over CE and SupCon, and the best ACL variant against SupCon."""
-    rows = []
     verdicts = results["acl_quality"].get("verdict", {})
-    for dataset, regime in ACL_BLOCKS:
-        label, regime_label = ACL_DATASETS[dataset], ACL_REGIMES[regime]
-        v = verdicts.get(dataset, {}).get(regime)
-        pending = "; ".join(f"{ACL_LABELS.get(m, m)}: {what}" for m, what in (v or {}).get("pending", {}).items())
-        if v is None or "best" not in v:
-            started = v is not None and any(what != "not run" for what in v.get("pending", {}).values())
-            rows.append([label, regime_label, "running" if started else "not run yet", "", "", "", pending if started else ""])
-            continue
-        best = f"{ACL_LABELS.get(v['best'], v['best'])} {fmt(v['best_test_accuracy'])}"
-        if v.get("best_on_dev"):
-            best += " (dev picks the same)" if v["best_on_dev"] == v["best"] else f" (dev picks {ACL_LABELS.get(v['best_on_dev'], v['best_on_dev'])})"
-        acl = f"{ACL_LABELS.get(v['best_acl'], v['best_acl'])} {_paired(v.get('best_acl_vs_supcon'))}" if v.get("best_acl") else ""
-        rows.append([label, regime_label, best, _paired(v.get("best_vs_ce")) or "(is CE)",
-                     _paired(v.get("best_vs_supcon")) or ("(is SupCon)" if v["best"] == "supcon" else ""), acl, pending])
-    text = table(["data set", "training data", "best on test (acc. mean ± std)", "best − CE",
-                  "best − SupCon", "best ACL variant − SupCon", "pending"], rows)
+    entries = {(d, r): verdicts.get(d, {}).get(r) or {} for d, r in ACL_BLOCKS}
+    name = lambda m: ACL_LABELS.get(m, m)  # noqa: E731
+    started = lambda v: "best" in v or any(what != "not run" for what in v.get("pending", {}).values())  # noqa: E731
+    decided = lambda cell: lambda v: cell(v) if "best" in v else ""  # noqa: E731
+
+    def best(v: Mapping) -> str:
+        if "best" not in v:
+            return "running" if started(v) else "not run yet"
+        dev = v.get("best_on_dev")
+        picks = "" if not dev else " (dev picks the same)" if dev == v["best"] else f" (dev picks {name(dev)})"
+        return f"{name(v['best'])} {fmt(v['best_test_accuracy'])}{picks}"
+
+    columns = [("best on test (acc. mean ± std)", best),
+               ("best − CE", decided(lambda v: _paired(v.get("best_vs_ce")) or "(is CE)")),
+               ("best − SupCon", decided(lambda v: _paired(v.get("best_vs_supcon")) or ("(is SupCon)" if v["best"] == "supcon" else ""))),
+               ("best ACL variant − SupCon", decided(lambda v: f"{name(v['best_acl'])} {_paired(v.get('best_acl_vs_supcon'))}"
+                                                     if v.get("best_acl") else "")),
+               ("pending", lambda v: "; ".join(f"{name(m)}: {w}" for m, w in v.get("pending", {}).items()) if started(v) else "")]
+    text = benchmark_table(entries, columns, lambda key: (ACL_DATASETS[key[0]], ACL_REGIMES[key[1]]), first=["data set", "training data"])
     why = next((v["pending_why"] for d in verdicts.values() for v in d.values() if v.get("pending_why")), None)
     return text + (f"\n\nPending: {why}." if why else "")
 
@@ -362,9 +350,16 @@ ACL_COST_LABELS = {"acl_embed": "ACL-Embed, no gating", "acl_embed_grad_exact": 
 
 
 def table_acl_cost(results: Results) -> str:
-    ratios = results["acl_quality_protocol"]["acl_grad_cost"]["ratio_to_ce"]
-    return table(["variant", "time per step vs CE"],
-                 [[ACL_COST_LABELS.get(k, k), f"{v:.2f}x"] for k, v in ratios.items() if k != "ce"])
+    ratios = {k: v for k, v in results["acl_quality_protocol"]["acl_grad_cost"]["ratio_to_ce"].items() if k != "ce"}
+    return benchmark_table(ratios, [("time per step vs CE", lambda v: f"{v:.2f}x")], ACL_COST_LABELS, first="variant")
+
+
+def table_acl_short(results: Results) -> str:
+    data = results["bench_acl"]["datasets"]
+    labels = {"ce": "CE", "supcon": "CE + SupCon", "acl": "ACL-Embed", "acl_grad": "ACL-Embed + ACL-Grad"}
+    methods = list(next(iter(data.values()))["summary"])
+    return benchmark_table(data, columns_for(methods, lambda d, m: fmt(d["summary"][m]), lambda m: labels.get(m, m)),
+                           str, first="data set")
 
 
 ZERO_SHOT_LABELS = {"untrained": "untrained", "ce_free": "CE, free label vectors",
@@ -419,20 +414,20 @@ def table_zero_shot_dev(results: Results) -> str:
 def table_exits(results: Results) -> str:
     """Per-exit test accuracy of the CLI-trained multi-exit model (early_exit.json: truncated rows + full)."""
     batch = next(iter(_early_exit_measured(results)["batch_sizes"].values()))
-    layers = [row["depth"] for row in batch["truncated"]]
-    header = ["exit on layer"] + [str(layer) for layer in layers] + ["final classifier"]
-    return table(header, [["test accuracy"] + [fmt(row["accuracy"]) for row in batch["truncated"]] + [fmt(batch["full"]["accuracy"])]])
+    row = {**{str(r["depth"]): r for r in batch["truncated"]}, "final classifier": batch["full"]}
+    return benchmark_table({"test accuracy": row}, columns_for(row, lambda e, k: fmt(e[k]["accuracy"])), str, first="exit on layer")
 
 
 def _threshold(value: object) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) else ("" if value is None else str(value))
 
 
-def _speed_row(label: str, row: Mapping, full: Mapping) -> list[str]:
-    cpu, full_cpu = row.get("cpu_throughput"), full.get("cpu_throughput")
-    speedup = f"{cpu / full_cpu:.2f}x" if cpu and full_cpu else ""
-    return [label, fmt(row.get("accuracy")), fmt(row.get("avg_layers")), fmt(cpu, ".0f"), speedup,
-            fmt(row.get("throughput"), ".0f")]
+def speed_columns(full: Mapping) -> list[tuple[str, Callable[[Mapping], str]]]:
+    """Accuracy, depth and throughput of an early-exit row, its CPU speed-up over the ``full`` model's row."""
+    speedup = lambda r: f"{r['cpu_throughput'] / full['cpu_throughput']:.2f}x" if r.get("cpu_throughput") and full.get("cpu_throughput") else ""  # noqa: E731,E501
+    return [("accuracy", lambda r: fmt(r.get("accuracy"))), ("avg. layers", lambda r: fmt(r.get("avg_layers"))),
+            ("sentences / CPU-s", lambda r: fmt(r.get("cpu_throughput"), ".0f")), ("speed-up (CPU)", speedup),
+            ("sentences / s (wall)", lambda r: fmt(r.get("throughput"), ".0f"))]
 
 
 def _early_exit_measured(results: Results) -> Mapping:
@@ -445,43 +440,37 @@ def _early_exit_measured(results: Results) -> Mapping:
 def table_early_exit(results: Results) -> str:
     """Every row of early_exit.json's sweeps, per batch size."""
     blocks = []
-    header = ["", "accuracy", "avg. layers", "sentences / CPU-s", "speed-up (CPU)", "sentences / s (wall)"]
     for batch_size, batch in _early_exit_measured(results)["batch_sizes"].items():
         if not isinstance(batch, Mapping) or "full" not in batch:
             continue
-        full = batch["full"]
-        rows = [_speed_row("full model", full, full)]
-        for row in batch.get("sweep", []):
-            rows.append(_speed_row(f"early exit, {row['criterion']} {_threshold(row['threshold'])}", row, full))
-        for row in batch.get("sweep_per_batch", []):
-            rows.append(_speed_row(f"no regrouping, {row['criterion']} {_threshold(row['threshold'])}", row, full))
-        for row in batch.get("truncated", []):
-            rows.append(_speed_row(f"truncated to {row['depth']} layers", row, full))
-        blocks.append(f"*Batch {batch_size}:*\n\n" + table(header, rows))
+        rows = {"full model": batch["full"]}
+        for key, what in (("sweep", "early exit"), ("sweep_per_batch", "no regrouping")):
+            rows.update({f"{what}, {r['criterion']} {_threshold(r['threshold'])}": r for r in batch.get(key, [])})
+        rows.update({f"truncated to {r['depth']} layers": r for r in batch.get("truncated", [])})
+        blocks.append(f"*Batch {batch_size}:*\n\n" + benchmark_table(rows, speed_columns(batch["full"]), str, first=""))
     return "\n\n".join(blocks)
 
 
 def table_early_exit_summary(results: Results) -> str:
     """early_exit.json's ``summary``: one row per entry and batch size, whatever the entries are."""
-    rows = []
-    for name, by_batch in _early_exit_measured(results).get("summary", {}).items():
-        for batch_size, row in by_batch.items():
-            if not isinstance(row, Mapping):
-                continue
-            rows.append([f"`{name}`", batch_size, f"{row.get('criterion', '')} {_threshold(row.get('threshold'))}".strip(),
-                         fmt(row.get("accuracy")), fmt(row.get("accuracy_loss")), fmt(row.get("cpu_speedup")),
-                         fmt(row.get("speedup"))])
-    return table(["summary entry", "batch", "criterion", "accuracy", "points lost", "speed-up (CPU clock)",
-                  "speed-up (wall clock)"], rows)
+    rows = {(name, size): row for name, by_batch in _early_exit_measured(results).get("summary", {}).items()
+            for size, row in by_batch.items() if isinstance(row, Mapping)}
+    columns = [("criterion", lambda r: f"{r.get('criterion', '')} {_threshold(r.get('threshold'))}".strip())]
+    columns += [(header, lambda r, k=k: fmt(r.get(k))) for header, k in (
+        ("accuracy", "accuracy"), ("points lost", "accuracy_loss"), ("speed-up (CPU clock)", "cpu_speedup"), ("speed-up (wall clock)", "speedup"))]
+    return benchmark_table(rows, columns, lambda key: (f"`{key[0]}`", key[1]), first=["summary entry", "batch"])
 
 
 def table_early_exit_cost(results: Results) -> str:
     labels = {"tokenise": "tokenisation", "embed": "embeddings", "mask": "layer mask", "layer": "one encoder layer",
               "exit_head": "one exit head", "final_head": "the final classifier", "decision": "the exit decision"}
     batches = _early_exit_measured(results)["batch_sizes"]
-    sizes = [size for size, batch in batches.items() if "cost_ms_per_batch" in batch]
-    rows = [[label] + [fmt(batches[size]["cost_ms_per_batch"][key]) for size in sizes] for key, label in labels.items()]
-    return table(["CPU ms per batch"] + [f"batch {size}" for size in sizes], rows)
+    costs = {size: batch["cost_ms_per_batch"] for size, batch in batches.items() if "cost_ms_per_batch" in batch}
+    rows = {key: {size: cost[key] for size, cost in costs.items()} for key in labels}
+    return benchmark_table(rows, columns_for(costs, lambda e, size: fmt(e[size]), "batch {}".format), labels, first="CPU ms per batch")
+
+
+EXIT_METHODS = {"ce": "CE", "kd": "logit KD", "acl_cl": "ACL-CL"}
 
 
 def _cell(value: object) -> str:
@@ -491,99 +480,77 @@ def _cell(value: object) -> str:
     return fmt(value, ".1f")
 
 
-def multi_exit_table(data: Mapping) -> str:
-    per_layer = data["summary"]["per_layer"]
-    layers = list(data["truncated"])
-    rows = [["final classifier applied to the layer (no exit training)"] + [fmt(data["truncated"][layer], ".1f") for layer in layers]]
-    for head, methods in per_layer.items():
-        for method, accuracy in methods.items():
-            label = f"{'MHA' if head == 'mha' else head} exit, {dict(ce='CE', kd='logit KD', acl_cl='ACL-CL').get(method, method)}"
-            rows.append([label] + [_cell(accuracy.get(layer)) for layer in layers])
-    return table(["exit on layer"] + layers, rows)
-
-
-def table_multi_exit_cli(results: Results) -> str:
-    return multi_exit_table(results["multi_exit_cli"]["banking77"])
-
-
-def table_multi_exit_banking77(results: Results) -> str:
-    return multi_exit_table(results["multi_exit"]["banking77"])
-
-
-def table_multi_exit_emotion(results: Results) -> str:
-    return multi_exit_table(results["multi_exit"]["emotion"])
+def table_multi_exit(results: Results, stem: str, dataset: str) -> str:
+    """Per-layer accuracy of each exit head and method (``{{table multi_exit FILE DATASET}}``)."""
+    data = results[stem][dataset]
+    rows = {"final classifier applied to the layer (no exit training)": data["truncated"]}
+    rows.update({f"{'MHA' if head == 'mha' else head} exit, {EXIT_METHODS.get(method, method)}": accuracy
+                 for head, methods in data["summary"]["per_layer"].items() for method, accuracy in methods.items()})
+    return benchmark_table(rows, columns_for(data["truncated"], lambda e, layer: _cell(e.get(layer))), str, first="exit on layer")
 
 
 def table_queue_step_time(results: Results) -> str:
     steps = results["queue_speed_step_time"]["step_time"]
     sizes = sorted({run["queue_size"] for run in steps.values() if run["queue_size"]})
-    rows = [["MNRL", f"{steps['mnrl']['median_s']:.3f} s"] + [""] * (len(sizes) - 1)]
+    rows = {"MNRL": {sizes[0]: f"{steps['mnrl']['median_s']:.3f} s"}}
     for label, hard in (("QueueInfoNCE, queue only", 0), ("QueueInfoNCE + 8 hard negatives", 8)):
-        cells = {run["queue_size"]: run for run in steps.values() if run["queue_size"] and run["hard"] == hard}
-        rows.append([label] + [f"{100 * cells[k]['overhead_vs_mnrl']:+.1f}%" if k in cells else "" for k in sizes])
-    return table(["step time, batch 32 (median)"] + [f"K = {k:,}" for k in sizes], rows)
+        rows[label] = {run["queue_size"]: f"{100 * run['overhead_vs_mnrl']:+.1f}%" for run in steps.values()
+                       if run["queue_size"] and run["hard"] == hard}
+    return benchmark_table(rows, columns_for(sizes, lambda e, k: e.get(k, ""), "K = {:,}".format), str,
+                           first="step time, batch 32 (median)")
 
 
 def table_queue_topk(results: Results) -> str:
-    topk = results["queue_speed"]["topk"]
     labels = {"torch_flat_ms": "torch matmul + topk", "faiss_flat_ms": "FAISS flat", "faiss_ivf_ms": "FAISS IVF",
               "faiss_hnsw_ms": "FAISS HNSW"}
-    rows = []
-    for key, timings in topk.items():
+
+    def name(key: str) -> str:
         size, queries = re.match(r"K(\d+)_q(\d+)", key).groups()  # type: ignore[union-attr]
-        rows.append([f"K = {int(size):,}, {queries} queries"] + [f"{timings[k]:,.1f} ms" if k in timings else "" for k in labels])
-    return table(["top-64 search"] + list(labels.values()), rows)
+        return f"K = {int(size):,}, {queries} queries"
+
+    return benchmark_table(results["queue_speed"]["topk"], columns_for(labels, lambda t, k: f"{t[k]:,.1f} ms" if k in t else "",
+                                                                       labels.get), name, first="top-64 search")
 
 
 def table_queue_memory(results: Results) -> str:
     memory = results["queue_speed"]["memory"]
     labels = {"mnrl": "MNRL", "queue": "QueueInfoNCE", "cached_queue": "CachedQueueInfoNCE (GradCache, mini-batch 32)"}
     batches = [b for b in next(iter(memory.values())) if b.isdigit()]
-    rows = [[labels.get(name, name)] + [f"{runs[b]['step_increase_mib']:,.0f} MiB" for b in batches] + [f"{runs['ratio_last_to_first']:.2f}x"]
-            for name, runs in memory.items()]
-    return table(["peak memory of one step (RSS increase)"] + [f"batch {b}" for b in batches] + ["last / first"], rows)
+    columns = columns_for(batches, lambda runs, b: f"{runs[b]['step_increase_mib']:,.0f} MiB", "batch {}".format)
+    return benchmark_table(memory, columns + [("last / first", lambda runs: f"{runs['ratio_last_to_first']:.2f}x")], labels,
+                           first="peak memory of one step (RSS increase)")
 
 
 def table_cli_startup(results: Results) -> str:
-    data = results["cli_startup"]
-    rows = [[f"`{run['command']}`", f"{run['median_s']:.2f} s", f"{run['min_s']:.2f}-{run['max_s']:.2f} s", str(run["runs"])]
-            for run in data["results"].values()]
-    return table(["command", "median", "range", "runs"], rows)
+    runs = results["cli_startup"]["results"]
+    columns = [("median", lambda r: f"{r['median_s']:.2f} s"), ("range", lambda r: f"{r['min_s']:.2f}-{r['max_s']:.2f} s"),
+               ("runs", lambda r: str(r["runs"]))]
+    return benchmark_table(runs, columns, lambda name: f"`{runs[name]['command']}`", first="command")
 
 
 def table_baselines(results: Results) -> str:
     data = results["baselines"]
     untrained = data["untrained"]
-    rows = [["all-MiniLM-L6-v2, untrained", fmt(untrained["stsb"]["main_score"]), fmt(untrained["banking77"]["accuracy"]),
-             fmt(untrained["banking77"]["knn_accuracy_k1"]), fmt(untrained["emotion"]["accuracy"])]]
-    labels = {"mnrl": "+ MNRL on STS-B (score ≥ 4/5) + MRPC paraphrase pairs", "cosent": "+ CoSENT on STS-B train scores",
-              "cosent_stsb_mrpc": "+ CoSENT on STS-B + MRPC (MRPC labels as 0/1 scores)"}
-    for name, run in data["fine_tuned"].items():
-        rows.append([labels.get(name, name), fmt(run["stsb_test"]), "", "", ""])
-    return table(["model", "STS-B test Spearman", "Banking77 acc. (log. reg.)", "Banking77 1-NN", "emotion acc. (log. reg.)"], rows)
+    rows = {"untrained": {"stsb_test": untrained["stsb"]["main_score"], **untrained}, **data["fine_tuned"]}
+    labels = {"untrained": "all-MiniLM-L6-v2, untrained", "mnrl": "+ MNRL on STS-B (score ≥ 4/5) + MRPC paraphrase pairs",
+              "cosent": "+ CoSENT on STS-B train scores", "cosent_stsb_mrpc": "+ CoSENT on STS-B + MRPC (MRPC labels as 0/1 scores)"}
+    columns = [("STS-B test Spearman", lambda r: fmt(r["stsb_test"]))] + [
+        (header, lambda r, d=d, k=k: maybe(r.get(d), lambda v: fmt(v[k]))) for header, d, k in (
+            ("Banking77 acc. (log. reg.)", "banking77", "accuracy"), ("Banking77 1-NN", "banking77", "knn_accuracy_k1"),
+            ("emotion acc. (log. reg.)", "emotion", "accuracy"))]
+    return benchmark_table(rows, columns, labels, first="model")
 
 
 def table_queue_quality(results: Results) -> str:
-    sts = results["queue_quality_sts"]
-    qa = results["queue_quality_answer_selection"]
-    labels = {"mnrl": "MNRL (ST)", "cached_mnrl": "CachedMNRL (ST)", "queue": "QueueInfoNCE, queue only",
+    sts, qa = results["queue_quality_sts"], results["queue_quality_answer_selection"]
+    labels = {"untrained": "untrained", "mnrl": "MNRL (ST)", "cached_mnrl": "CachedMNRL (ST)", "queue": "QueueInfoNCE, queue only",
               "queue_hard": "QueueInfoNCE + hard negatives", "queue_hard_ema": "QueueInfoNCE + hard negatives + momentum encoder (m = 0.99)"}
-    qa_untrained = qa["untrained"]["answer_selection"]
-    rows = [["untrained", fmt(sts["untrained"]["sts"]["main_score"]), f"{fmt(qa_untrained['mrr'])} / {fmt(qa_untrained['map'])}"]]
-    qa_results = qa["results"]["answer_selection"]
-    for name, run in sts["results"]["sts"].items():
-        qa_run = qa_results.get(name)
-        rows.append([labels.get(name, name), fmt(run["main_score"]),
-                     f"{fmt(qa_run['mrr'])} / {fmt(qa_run['map'])}" if qa_run else ""])
-    return table(["method", "STS-B test Spearman (train: STS-B + MRPC pairs)", "answer selection MRR / MAP (train: its pairs)"], rows)
-
-
-def table_acl_short(results: Results) -> str:
-    data = results["bench_acl"]["datasets"]
-    labels = {"ce": "CE", "supcon": "CE + SupCon", "acl": "ACL-Embed", "acl_grad": "ACL-Embed + ACL-Grad"}
-    methods = list(next(iter(data.values()))["summary"])
-    rows = [[name] + [fmt(d["summary"][m]) for m in methods] for name, d in data.items()]
-    return table(["data set"] + [labels.get(m, m) for m in methods], rows)
+    qa_runs = qa["results"]["answer_selection"]
+    rows = {"untrained": (sts["untrained"]["sts"], qa["untrained"]["answer_selection"]),
+            **{name: (run, qa_runs.get(name)) for name, run in sts["results"]["sts"].items()}}
+    columns = [("STS-B test Spearman (train: STS-B + MRPC pairs)", lambda r: fmt(r[0]["main_score"])),
+               ("answer selection MRR / MAP (train: its pairs)", lambda r: maybe(r[1], lambda q: f"{fmt(q['mrr'])} / {fmt(q['map'])}"))]
+    return benchmark_table(rows, columns, labels)
 
 
 TABLES: dict[str, Callable[[Results], str]] = {
@@ -702,7 +669,7 @@ def render_template(text: str, results: Results) -> str:
         if kind == "table":
             if words[0] not in TABLES:
                 raise ValueError(f"template: unknown table {words[0]!r}; known: {', '.join(sorted(TABLES))}")
-            return TABLES[words[0]](results)
+            return TABLES[words[0]](results, *words[1:])
         if kind == "link":
             if not results.has(words[0]):
                 raise ValueError(f"template: eval/results/{words[0]}.json does not exist")
