@@ -369,21 +369,15 @@ ZERO_SHOT_LABELS = {"untrained": "untrained", "ce_free": "CE, free label vectors
                     "acl_embed_encoded_tuned": "ACL-Embed, encoded, tuned on the dev split of intents"}
 
 
-def candidates_table(entries: Mapping[str, Mapping], labels: Mapping[str, str], config_text: Callable[[Mapping], str],
-                     header: list[str]) -> str:
-    """Every configuration a method tried on dev, with its dev score and the chosen one marked: a
-    row per (method, configuration) of the shared result shape's ``chosen_on_dev``."""
-    rows = []
+def dev_candidates(entries: Mapping[str, Mapping], config_text: Callable[[Mapping], str]) -> dict[tuple[str, str], float]:
+    """Every configuration each method tried on dev, the chosen one marked: ``(method, configuration)
+    -> dev score``, from the shared result shape's ``chosen_on_dev``."""
+    rows = {}
     for name, entry in entries.items():
         chosen = entry.get("chosen_on_dev") or {}
         for config, score in (chosen.get("dev_by_config") or {}).items():
-            mark = " (chosen)" if config == str(chosen["config"]) else ""
-            rows.append([labels.get(name, name), config_text(chosen["options_by_config"][config]) + mark, fmt(score)])
-    return table(header, rows)
-
-
-def zero_shot_entries(results: Results) -> Mapping[str, Mapping]:
-    return results["bench_zero_shot"]["settings"]["unseen20"]
+            rows[(name, config_text(chosen["options_by_config"][config]) + (" (chosen)" if config == str(chosen["config"]) else ""))] = score
+    return rows
 
 
 def table_zero_shot(results: Results) -> str:
@@ -396,19 +390,16 @@ def table_zero_shot(results: Results) -> str:
     columns = [("20 unseen intents (by name)", cell("heldout20")), ("57 seen intents (trained head)", cell("seen57")),
                ("all 77, unseen rows", cell("all77_heldout_rows")), ("emotion (names)", cell("emotion")),
                ("SST-2 (names)", cell("sst2")), ("seeds", lambda entry: str(len(entry["seeds"])))]
-    return benchmark_table(zero_shot_entries(results), columns, ZERO_SHOT_LABELS, first="model")
+    return benchmark_table(results["bench_zero_shot"]["settings"]["unseen20"], columns, ZERO_SHOT_LABELS, first="model")
 
 
 def table_zero_shot_dev(results: Results) -> str:
-    entries = zero_shot_entries(results)
-    untrained = [["untrained", "", fmt((entries["untrained"].get("dev") or {}).get("unseen10"))]]
-    tuned = {name: entry for name, entry in entries.items() if entry.get("chosen_on_dev", {}).get("options_by_config")
-             and name != "untrained"}
-    labels = {name: ZERO_SHOT_LABELS.get(name.removesuffix("_tuned"), name) for name in tuned}
-    text = candidates_table(tuned, labels, lambda c: f"{c['epochs']:g} epoch(s), λ {c['contrastive_weight']}",
-                            ["model", "configuration", "dev: zero-shot on 10 other unseen intents"])
-    head, rule, *rows = text.split("\n")
-    return "\n".join([head, rule, "| " + " | ".join(untrained[0]) + " |", *rows])
+    entries = results["bench_zero_shot"]["settings"]["unseen20"]
+    tuned = {name: e for name, e in entries.items() if name != "untrained" and (e.get("chosen_on_dev") or {}).get("options_by_config")}
+    rows = {("untrained", ""): (entries["untrained"].get("dev") or {}).get("unseen10"),
+            **dev_candidates(tuned, lambda c: f"{c['epochs']:g} epoch(s), λ {c['contrastive_weight']}")}
+    return benchmark_table(rows, [("dev: zero-shot on 10 other unseen intents", fmt)],
+                           lambda key: (ZERO_SHOT_LABELS.get(key[0].removesuffix("_tuned"), key[0]), key[1]), first=["model", "configuration"])
 
 
 def table_exits(results: Results) -> str:
