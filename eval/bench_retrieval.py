@@ -39,6 +39,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -296,6 +297,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     if probe is not None:
         probe.close()
     peak_mb = _peak_rss_mb()
+    load = os.getloadavg()[2]  # 15-minute load at the end of training: above ~2.5 others shared the 2 cores
     if trainer.state.global_step == 0:
         raise RuntimeError(f"{setting}/{name}: no training step was taken (batch size {method.batch_size}, {len(rows)} rows)")
     losses = [item["loss"] for item in trainer.state.log_history if "loss" in item]
@@ -304,7 +306,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     return {
         "setting": setting, "method": name, "config": config_index, "seed": seed, "learning_rate": learning_rate,
         "options": config, "miner": miner, "steps": trainer.state.global_step, "train_rows": len(rows), "train_seconds": seconds,
-        "rows_seconds": rows_seconds, "peak_rss_mb": peak_mb,
+        "rows_seconds": rows_seconds, "peak_rss_mb": peak_mb, "load_average_15min": load,
         "queue_probe": None if probe is None else probe.summary(),
         "refreshes": None if refresh is None else refresh.history,
         "last_loss": losses[-1] if losses else None, "dry_run": bool(args.dry_run), **score(model, setting, ctx),
