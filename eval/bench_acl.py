@@ -7,9 +7,10 @@ chosen configuration's seeds):
 - Validation: emotion and SST-2 their own; Banking77 has none, so the package's dev-split rule
   (``load_dataset``: a stratified 10% of train, seed 0) holds one out and every Banking77 model
   trains on the other 90%. (Runs logged before that rule used an unstratified 10%, seed 0.)
-- Tuning: CE picks the encoder learning rate; CE + SupCon and ACL-Embed pick (lambda, tau) at CE's
-  rate; ACL-Embed + ACL-Grad reuses ACL-Embed's choice (the gate is its only difference). One seed
-  per configuration (seed 0); the chosen configuration's seed-0 run is also its first final seed.
+- Tuning (the shared protocol, ``contrastive_bert.benchmarking.protocol``: a grid per regime): CE
+  picks the encoder learning rate; CE + SupCon and ACL-Embed pick (lambda, tau) at CE's rate
+  (``builds_on``); ACL-Embed + ACL-Grad reuses ACL-Embed's choice (the gate is its only difference).
+  One seed per configuration (seed 0); the chosen configuration's seed-0 run is also its first final seed.
 - Seeds: 3 (full) and 5 (10-shot; each seed draws its own 10 examples per class).
 - ACL-Grad gates on the cheap angle (head + last encoder layer, every step); on every
   ``AUDIT_EVERY``-th step it also takes the exact angle (all parameters) and records whether the
@@ -20,7 +21,8 @@ chosen configuration's seeds):
   variants and the encoded label head, interleaved step by step on the same batches.
 
 Resumable (``contrastive_bert.benchmarking.RunLog``): every finished run is one line of the run
-log (``acl_quality_runs.jsonl``) and is skipped on restart; ``acl_quality.json`` (``{data set: {regime: {method: {...}}}}``) and
+log (``acl_quality_runs.jsonl``) and is skipped on restart; ``acl_quality.json`` (the shared result shape:
+``{"settings": {"DATASET/REGIME": {method: entry}}, "comparisons": {"DATASET/REGIME": verdict}}``) and
 ``acl_quality_protocol.json`` (the protocol, the shrunk training samples, ACL-Grad's cost), each
 with the environment block, are rebuilt from the log after every run and are valid with partial results. Run in the background:
 
@@ -34,6 +36,7 @@ not finish.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import math
@@ -55,7 +58,7 @@ from contrastive_bert.benchmarking import (
     setup_from_args,
     write_results,
 )
-from contrastive_bert.benchmarking.protocol import paired_difference as protocol_paired_difference
+from contrastive_bert.benchmarking.protocol import Grid, Method, Run, paired_difference
 from contrastive_bert.inference.general_ability import general_ability, summarize_general
 
 logger = logging.getLogger("bench_acl")
@@ -308,79 +311,53 @@ def logreg_run(spec: dict, splits: dict, args) -> dict:
     return record
 
 
-# --------------------------------------------------------------------------- plan
+# --------------------------------------------------------------------------- plan (the shared protocol's grid)
+
+LOGREG = "LogisticRegression(max_iter=1000) on frozen embeddings"
+# every method's seed-0 choice first (a one-seed verdict early), then the seeds
+ORDER = [("dev", "ce"), ("dev", "acl_embed"), ("dev", "supcon"), ("dev", "acl_embed_encoded"), ("final", "acl_embed_grad"),
+         ("final", "ce"), ("final", "acl_embed"), ("final", "supcon"), ("final", "acl_embed_encoded")]
 
 
-def _config_spec(dataset: str, regime: str, method: str, seed: int, lr: float, pair: tuple[float, float] | None) -> dict:
-    spec = {"dataset": dataset, "regime": regime, "method": method, "seed": seed, "learning_rate": lr}
-    if pair is not None:
-        spec.update(contrastive_weight=pair[0], temperature=pair[1])
-    return spec
+def methods(regime: str) -> list[Method]:
+    """The rows of a regime: logistic regression on frozen embeddings (deterministic on the full train
+    set: one seed), CE choosing the learning rate, SupCon and the ACL-Embed variants choosing
+    (lambda, tau) at CE's rate, ACL-Grad at ACL-Embed's choice (its other seeds only if it gates)."""
+    pairs = tuple({"contrastive_weight": w, "temperature": t} for w, t in CONTRASTIVE[regime])
+    return [Method("logreg", seeds=(0,) if regime == "full" else None, fields={"classifier": LOGREG}),
+            Method("ce", "acl", tuple({"learning_rate": lr} for lr in LEARNING_RATES[regime])),
+            *(Method(name, "acl", pairs, builds_on="ce") for name in ("supcon", "acl_embed", "acl_embed_encoded")),
+            Method("acl_embed_grad", "acl", builds_on="acl_embed",
+                   more_seeds_if=lambda first: (first.get("gated_share") or 0.0) > GRAD_SEEDS_IF_GATED_OVER)]
 
 
-def chosen(runs: dict[str, dict], candidates: list[dict]) -> dict | None:
-    """The candidate with the best dev accuracy (first on ties), or None while any is missing."""
-    done = [runs.get(run_key(c)) for c in candidates]
-    if any(r is None for r in done):
-        return None
-    best = max(range(len(done)), key=lambda i: (done[i]["dev"]["accuracy"], -i))
-    return candidates[best]
+@functools.cache
+def grid(regime: str) -> Grid:
+    """The regime's grid over the data sets; a run's key is its spec's (as logged before the shared protocol)."""
+    return Grid(methods(regime), DATASETS, SEEDS[regime], key=lambda run: run_key(spec_of(run, regime)),
+                dev_score=lambda record: record["dev"]["accuracy"])
 
 
-def candidates_of(dataset: str, regime: str, method: str, runs: dict[str, dict]) -> list[dict] | None:
-    """Seed-0 configurations a method chooses among (None while a choice it depends on is missing)."""
-    if method == "ce":
-        return [_config_spec(dataset, regime, "ce", 0, lr, None) for lr in LEARNING_RATES[regime]]
-    ce = chosen(runs, candidates_of(dataset, regime, "ce", runs))
-    if ce is None:
-        return None
-    if method == "acl_embed_grad":
-        acl_candidates = candidates_of(dataset, regime, "acl_embed", runs)
-        acl = chosen(runs, acl_candidates) if acl_candidates else None
-        return None if acl is None else [{**acl, "method": "acl_embed_grad"}]
-    return [_config_spec(dataset, regime, method, 0, ce["learning_rate"], pair) for pair in CONTRASTIVE[regime]]
-
-
-def logreg_seeds(regime: str) -> list[int]:
-    """Logistic regression on the full train set is deterministic: one run; 10-shot: one per sample."""
-    return [0] if regime == "full" else SEEDS[regime]
+def spec_of(run: Run, regime: str) -> dict:
+    """What a run trains: data set, regime, method, seed and its options (the head of its run-log record)."""
+    method = grid(regime).method(run.method)
+    return {"dataset": run.setting, "regime": regime, "method": run.method, "seed": run.seed,
+            **dict(run.inherited), **method.config(run.config)}
 
 
 def plan_block(dataset: str, regime: str, runs: dict[str, dict]) -> Iterator[dict]:
-    """The runs of one block in order; stops where a later run needs a choice not made yet."""
+    """The runs of one block in ``ORDER`` (a method whose choice is not made yet: its dev runs)."""
     if dataset == "cost":
         yield {"dataset": "banking77", "regime": "cost", "method": "interleaved", "seed": 0}
         return
-    for seed in logreg_seeds(regime):
-        yield {"dataset": dataset, "regime": regime, "method": "logreg", "seed": seed}
-    # every method's seed-0 choice first (a one-seed verdict early), then the seeds
-    order = [("select", "ce"), ("select", "acl_embed"), ("select", "supcon"), ("select", "acl_embed_encoded"),
-             ("final", "acl_embed_grad"), ("final", "ce"), ("final", "acl_embed"), ("final", "supcon"),
-             ("final", "acl_embed_encoded")]
-    for phase, method in order:
-        candidates = candidates_of(dataset, regime, method, runs)
-        if candidates is None:
-            return
-        if phase == "select":
-            yield from candidates
-            continue
-        best = chosen(runs, candidates)
-        if best is None:
-            yield from candidates
-            return
-        for seed in final_seeds(method, regime, runs, best):
-            yield {**best, "seed": seed}
-
-
-def final_seeds(method: str, regime: str, runs: dict[str, dict], best: dict) -> list[int]:
-    """The seeds a chosen configuration runs: all of the regime's, but ACL-Grad runs seed 0 alone unless
-    that run gated more than ``GRAD_SEEDS_IF_GATED_OVER`` of its steps (else it is ACL-Embed again)."""
-    if method != "acl_embed_grad":
-        return SEEDS[regime]
-    first = runs.get(run_key({**best, "seed": 0}))
-    if first is None or (first.get("gated_share") or 0.0) <= GRAD_SEEDS_IF_GATED_OVER:
-        return [0]
-    return SEEDS[regime]
+    g = grid(regime)
+    todo = g.final_runs(runs, dataset, g.method("logreg"), 0)
+    for phase, name in ORDER:
+        method = g.method(name)
+        config = g.chosen(runs, dataset, method)
+        todo += g.dev_runs(dataset, method, runs) if phase == "dev" or config is None else g.final_runs(runs, dataset, method, config)
+    for run in dict.fromkeys(todo):
+        yield spec_of(run, regime)
 
 
 def next_run(blocks: list[tuple[str, str]], runs: dict[str, dict]) -> dict | None:
@@ -394,36 +371,32 @@ def next_run(blocks: list[tuple[str, str]], runs: dict[str, dict]) -> dict | Non
 # --------------------------------------------------------------------------- summary
 
 
-def _config_of(run: dict) -> dict:
-    return {k: run[k] for k in ("learning_rate", "contrastive_weight", "temperature") if run.get(k) is not None}
+def _cost(records: list[dict]) -> dict:
+    step_times = [r["step_seconds_median"] for r in records if r.get("step_seconds_median") is not None]
+    return {"epochs": records[0]["epochs"], "step_seconds_median": statistics.fmean(step_times) if step_times else None}
+
+
+def _angles(records: list[dict]) -> dict:
+    """ACL-Grad's gate and the logged angles, averaged over the seeds."""
+    values = {name: [r[name] for r in records if r.get(name) is not None]
+              for name in ("gated_share", "mean_angle", "agreement_with_exact", "mean_exact_angle")}
+    return {name: statistics.fmean(v) if v else None for name, v in values.items()}
+
+
+def entries(runs: dict[str, dict], dataset: str, regime: str) -> dict:
+    """``method -> entry`` (the shared result shape) of one data set and regime."""
+    g = grid(regime)
+    scoring = {"test": lambda r: {m: r["test"][m] for m in ("accuracy", "macro_f1")}, "dev": lambda r: r["dev"],
+               "general": lambda records: summarize_general([r.get("general") for r in records]), "cost": _cost, "fields": _angles}
+    return {m.name: e for m in g.methods if (e := g.entry(runs, dataset, m, **scoring)) is not None}
 
 
 def build_summary(log: list[dict], args) -> tuple[dict, dict]:
-    """``{data set: {regime: {method: {...}}}}`` from the run log (partial results allowed), and the
-    protocol and ACL-Grad's cost (written next to it)."""
+    """``{"settings": {"DATASET/REGIME": {method: entry}}, "comparisons": {"DATASET/REGIME": verdict}}``
+    from the run log (partial results allowed), and the protocol and ACL-Grad's cost (written next to it)."""
     runs = {r["key"]: r for r in log}
-    summary: dict = {}
-    for dataset in DATASETS:
-        for regime in REGIMES:
-            entry: dict = {}
-            logreg = [r for r in log if r["dataset"] == dataset and r["regime"] == regime and r["method"] == "logreg"]
-            if logreg:
-                entry["logreg"] = _method_entry(sorted(logreg, key=lambda r: r["seed"]), None, [], regime)
-            for method in TRAINED_METHODS:
-                candidates = candidates_of(dataset, regime, method, runs)
-                if not candidates:
-                    continue
-                best = chosen(runs, candidates)
-                seeds = [runs[run_key({**best, "seed": s})] for s in SEEDS[regime] if best and run_key({**best, "seed": s}) in runs]
-                dev = [runs[run_key(c)] for c in candidates if run_key(c) in runs]
-                if dev:
-                    planned = final_seeds(method, regime, runs, best) if best else SEEDS[regime]
-                    entry[method] = _method_entry(seeds, best, dev, regime, planned)
-            if entry:
-                summary.setdefault(dataset, {})[regime] = entry
-    verdicts = {dataset: {regime: verdict(entry, regime) for regime, entry in regimes.items()}
-                for dataset, regimes in summary.items()}
-    summary["verdict"] = verdicts
+    settings = {f"{d}/{r}": block for d in DATASETS for r in REGIMES if (block := entries(runs, d, r))}
+    summary = {"settings": settings, "comparisons": {s: verdict(block, s.split("/")[1]) for s, block in settings.items()}}
     cost = [r for r in log if r["regime"] == "cost"]
     return summary, {
         "acl_grad_cost": _cost_summary(cost),
@@ -452,47 +425,10 @@ def build_summary(log: list[dict], args) -> tuple[dict, dict]:
     }
 
 
-def _method_entry(seeds: list[dict], best: dict | None, dev_runs: list[dict], regime: str,
-                  planned: list[int] | None = None) -> dict:
-    entry: dict = {"chosen_on_dev": _config_of(best) if best else None,
-                   "dev": None, "candidates": [{**_config_of(r), "dev": r["dev"]} for r in dev_runs]}
-    if best is not None:
-        chosen_dev = [r for r in dev_runs if _config_of(r) == _config_of(best)]
-        entry["dev"] = chosen_dev[0]["dev"] if chosen_dev else None
-    if not best and seeds and seeds[0]["method"] == "logreg":
-        entry["chosen_on_dev"] = {"classifier": "LogisticRegression(max_iter=1000) on frozen embeddings"}
-        entry["dev"] = seeds[0]["dev"]
-    entry["seeds_done"] = [r["seed"] for r in seeds]
-    entry["seeds_planned"] = logreg_seeds(regime) if seeds and seeds[0]["method"] == "logreg" else (planned or SEEDS[regime])
-    if seeds:
-        entry["test"] = {metric: mean_std([r["test"][metric] for r in seeds]) for metric in ("accuracy", "macro_f1")}
-        entry["epochs"] = seeds[0]["epochs"]
-        entry["steps"] = seeds[0]["steps"]
-        entry["train_rows"] = statistics.fmean(r["train_rows"] for r in seeds)
-        entry["train_seconds"] = mean_std([r["train_seconds"] for r in seeds])
-        step_times = [r["step_seconds_median"] for r in seeds if r.get("step_seconds_median") is not None]
-        entry["step_seconds_median"] = statistics.fmean(step_times) if step_times else None
-        entry["general"] = summarize_general([r.get("general") for r in seeds])
-        for name in ("gated_share", "mean_angle", "agreement_with_exact", "mean_exact_angle"):
-            values = [r[name] for r in seeds if r.get(name) is not None]
-            entry[name] = statistics.fmean(values) if values else None
-    return entry
-
-
 ACL_VARIANTS = ("acl_embed", "acl_embed_encoded", "acl_embed_grad")
 PENDING_WHY = ("not reached yet in the CPU time so far (one process on 2 cores, blocks in BLOCKS order); "
                "`python eval/bench_acl.py --data-dir ../shared/data` resumes from the run log, or the offline "
                "GPU bundle's acl_quality block runs it")
-
-
-def paired_difference(a: dict, b: dict) -> dict | None:
-    """Test accuracy of method entry ``a`` minus ``b`` on the seeds both ran (the shared protocol's
-    :func:`~contrastive_bert.benchmarking.protocol.paired_difference`; these entries name their
-    seeds ``seeds_done``)."""
-    def shared(entry: dict) -> dict:
-        return {"seeds": entry.get("seeds_done", []), "test": entry.get("test")}
-
-    return protocol_paired_difference(shared(a), shared(b), "accuracy")
 
 
 def verdict(entry: dict, regime: str) -> dict:
@@ -500,10 +436,9 @@ def verdict(entry: dict, regime: str) -> dict:
     dev alone would pick (``best_on_dev``), its paired margins over CE and SupCon, and the best ACL
     variant against SupCon; ``pending`` names the
     methods whose seeds are not all in yet (a verdict with pending methods is provisional)."""
-    complete = {m: e for m, e in entry.items() if m in TRAINED_METHODS and len(e.get("seeds_done", [])) == len(SEEDS[regime])}
-    pending = {m: f"{len(e.get('seeds_done', []))} of {len(e.get('seeds_planned', SEEDS[regime]))} seeds"
-               for m, e in entry.items() if m in TRAINED_METHODS and m not in complete
-               and not (m == "acl_embed_grad" and e.get("seeds_planned") == [0] and e.get("seeds_done") == [0])}
+    complete = {m: e for m, e in entry.items() if m in TRAINED_METHODS and len(e.get("seeds", [])) == len(SEEDS[regime])}
+    pending = {m: f"{len(e.get('seeds', []))} of {len(e.get('seeds_planned', SEEDS[regime]))} seeds"
+               for m, e in entry.items() if m in TRAINED_METHODS and m not in complete and e.get("seeds") != e.get("seeds_planned")}
     pending.update({m: "not run" for m in TRAINED_METHODS if m not in entry})
     result: dict = {"methods_complete": sorted(complete), "pending": pending, "seeds": SEEDS[regime]}
     if pending:
@@ -519,14 +454,14 @@ def verdict(entry: dict, regime: str) -> dict:
         result["dev_accuracy"] = on_dev
     for baseline in ("ce", "supcon"):
         if baseline in complete and baseline != best:
-            result[f"best_vs_{baseline}"] = paired_difference(complete[best], complete[baseline])
+            result[f"best_vs_{baseline}"] = paired_difference(complete[best], complete[baseline], "accuracy")
     acl = [m for m in ACL_VARIANTS if m in complete]
     if acl:
         best_acl = max(acl, key=lambda m: complete[m]["test"]["accuracy"]["mean"])
         result["best_acl"] = best_acl
         for baseline in ("ce", "supcon"):
             if baseline in complete:
-                result[f"best_acl_vs_{baseline}"] = paired_difference(complete[best_acl], complete[baseline])
+                result[f"best_acl_vs_{baseline}"] = paired_difference(complete[best_acl], complete[baseline], "accuracy")
     return result
 
 

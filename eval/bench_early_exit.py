@@ -188,13 +188,13 @@ def truncation_row(adaptive: dict, avg_layers: float, reference_accuracy: float 
 def reference_accuracy(acl_quality: dict, dataset: str) -> dict[str, Any] | None:
     """The dev-chosen classifier's test accuracy in ``acl_quality.json`` (full training data)."""
     try:
-        method = acl_quality["verdict"][dataset]["full"]["best_on_dev"]
-        entry = acl_quality[dataset]["full"][method]
+        method = acl_quality["comparisons"][f"{dataset}/full"]["best_on_dev"]
+        entry = acl_quality["settings"][f"{dataset}/full"][method]
     except (KeyError, TypeError):
         return None
     accuracy = entry["test"]["accuracy"]
-    return {"method": method, "test_accuracy": _stat(accuracy["values"]), "train_rows": entry.get("train_rows"),
-            "seeds": entry.get("seeds_done")}
+    return {"method": method, "test_accuracy": _stat(accuracy["values"]), "train_rows": entry["cost"].get("train_rows"),
+            "seeds": entry.get("seeds")}
 
 
 def compare_stage1(stage1: dict, reference: dict | None) -> dict[str, Any]:

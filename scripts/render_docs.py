@@ -283,19 +283,19 @@ ACL_OPTIONS = {"learning_rate": "lr", "contrastive_weight": "λ", "temperature":
 
 def table_acl(results: Results, dataset: str, regime: str) -> str:
     """One data set and regime of acl_quality.json: a row per method (``{{table acl DATASET REGIME}}``)."""
-    block = results["acl_quality"].get(dataset, {}).get(regime)
+    block = results["acl_quality"]["settings"].get(f"{dataset}/{regime}")
     if not block:
         return f"*Not run yet: `acl_quality.json` has no {dataset} {regime} results.*"
 
     def after(key: str) -> Callable[[Mapping], str]:
         return lambda e: maybe((e.get("general") or {}).get(key), lambda v: fmt(mean_of(v)))
 
-    chosen = lambda e: "" if "classifier" in (e.get("chosen_on_dev") or {}) else ", ".join(  # noqa: E731
-        f"{ACL_OPTIONS.get(k, k)} {v}" for k, v in (e.get("chosen_on_dev") or {}).items())
+    chosen = lambda e: "" if e.get("loss") is None else ", ".join(  # noqa: E731
+        f"{ACL_OPTIONS.get(k, k)} {v}" for k, v in e["chosen_on_dev"]["options"].items())
     columns = [("chosen on dev", chosen), ("dev acc.", lambda e: fmt((e.get("dev") or {}).get("accuracy"))),
                ("test acc.: mean ± std (seeds)", lambda e: fmt((e.get("test") or {}).get("accuracy"), seeds=True)),
                ("test macro-F1", lambda e: fmt((e.get("test") or {}).get("macro_f1"))),
-               ("train s", lambda e: maybe(e.get("train_seconds"), lambda v: fmt(mean_of(v), ".0f"))),
+               ("train s", lambda e: maybe(e["cost"].get("train_seconds"), lambda v: fmt(mean_of(v), ".0f"))),
                ("STS-B after", after("stsb")), ("zero-shot mean after", after("zero_shot_mean")),
                ("ACL-Grad gated", lambda e: maybe(e.get("gated_share"), lambda v: f"{100 * v:.1f}%")),
                ("mean angle", lambda e: maybe(e.get("mean_angle"), lambda v: f"{v:.0f}°")),
@@ -319,8 +319,8 @@ def _paired(diff: object) -> str:
 def table_acl_verdict(results: Results) -> str:
     """acl_quality.json's verdict: per data set and regime the best method on test (each tuned on dev),
     its paired margins over CE and SupCon, and the best ACL variant against SupCon."""
-    verdicts = results["acl_quality"].get("verdict", {})
-    entries = {(d, r): verdicts.get(d, {}).get(r) or {} for d, r in ACL_BLOCKS}
+    verdicts = results["acl_quality"]["comparisons"]
+    entries = {(d, r): verdicts.get(f"{d}/{r}") or {} for d, r in ACL_BLOCKS}
     name = lambda m: ACL_LABELS.get(m, m)  # noqa: E731
     started = lambda v: "best" in v or any(what != "not run" for what in v.get("pending", {}).values())  # noqa: E731
     decided = lambda cell: lambda v: cell(v) if "best" in v else ""  # noqa: E731
@@ -339,7 +339,7 @@ def table_acl_verdict(results: Results) -> str:
                                                      if v.get("best_acl") else "")),
                ("pending", lambda v: "; ".join(f"{name(m)}: {w}" for m, w in v.get("pending", {}).items()) if started(v) else "")]
     text = benchmark_table(entries, columns, lambda key: (ACL_DATASETS[key[0]], ACL_REGIMES[key[1]]), first=["data set", "training data"])
-    why = next((v["pending_why"] for d in verdicts.values() for v in d.values() if v.get("pending_why")), None)
+    why = next((v["pending_why"] for v in verdicts.values() if v.get("pending_why")), None)
     return text + (f"\n\nPending: {why}." if why else "")
 
 
@@ -560,20 +560,20 @@ STANDINGS = [  # (what, file, baseline path(s), label(s), ours, label); of sever
     ("Answer selection test MRR, labelled wrong answers as negatives", "pairs_quality",
      "settings.answer_selection.mnrl_qa_negatives.test.mrr", "MNRL", "settings.answer_selection.queue_qa_negatives.test.mrr", "`queue_infonce`"),
     ("Emotion, full train (3,000-row sample), test acc. (3 seeds)", "acl_quality",
-     ("emotion.full.ce.test.accuracy", "emotion.full.supcon.test.accuracy"), ("CE", "CE + SupCon"),
-     "emotion.full.acl_embed_encoded.test.accuracy", "ACL-Embed, encoded names"),
+     ("settings.emotion/full.ce.test.accuracy", "settings.emotion/full.supcon.test.accuracy"), ("CE", "CE + SupCon"),
+     "settings.emotion/full.acl_embed_encoded.test.accuracy", "ACL-Embed, encoded names"),
     ("Banking77, full train, test acc. (3 seeds)", "acl_quality",
-     ("banking77.full.ce.test.accuracy", "banking77.full.supcon.test.accuracy"), ("CE", "CE + SupCon"),
-     "banking77.full.acl_embed.test.accuracy", "ACL-Embed"),
+     ("settings.banking77/full.ce.test.accuracy", "settings.banking77/full.supcon.test.accuracy"), ("CE", "CE + SupCon"),
+     "settings.banking77/full.acl_embed.test.accuracy", "ACL-Embed"),
     ("SST-2, full train (3,000-row sample), test acc. (3 seeds)", "acl_quality",
-     ("sst2.full.ce.test.accuracy", "sst2.full.supcon.test.accuracy"), ("CE", "CE + SupCon"),
-     "sst2.full.acl_embed.test.accuracy", "ACL-Embed"),
+     ("settings.sst2/full.ce.test.accuracy", "settings.sst2/full.supcon.test.accuracy"), ("CE", "CE + SupCon"),
+     "settings.sst2/full.acl_embed.test.accuracy", "ACL-Embed"),
     ("Banking77, 10 examples per intent, test acc. (5 seeds)", "acl_quality",
-     ("banking77.10-shot.ce.test.accuracy", "banking77.10-shot.supcon.test.accuracy"), ("CE", "CE + SupCon"),
-     "banking77.10-shot.acl_embed.test.accuracy", "ACL-Embed"),
+     ("settings.banking77/10-shot.ce.test.accuracy", "settings.banking77/10-shot.supcon.test.accuracy"), ("CE", "CE + SupCon"),
+     "settings.banking77/10-shot.acl_embed.test.accuracy", "ACL-Embed"),
     ("Emotion, 10 examples per class, test acc. (5 seeds)", "acl_quality",
-     ("emotion.10-shot.ce.test.accuracy", "emotion.10-shot.supcon.test.accuracy"), ("CE", "CE + SupCon"),
-     "emotion.10-shot.acl_embed_encoded.test.accuracy", "ACL-Embed, encoded names"),
+     ("settings.emotion/10-shot.ce.test.accuracy", "settings.emotion/10-shot.supcon.test.accuracy"), ("CE", "CE + SupCon"),
+     "settings.emotion/10-shot.acl_embed_encoded.test.accuracy", "ACL-Embed, encoded names"),
     ("Zero-shot on 20 unseen Banking77 intents, by name", "bench_zero_shot",
      "settings.unseen20.ce_free.test.heldout20", "CE", "settings.unseen20.acl_embed_encoded.test.heldout20", "ACL-Embed, encoded names"),
 ]

@@ -1,5 +1,6 @@
-"""eval/bench_acl.py's verdict: paired differences by seed, the best method among complete ones, and
-ACL-Grad's seed rule (more seeds only if it gated more than 5% of steps)."""
+"""eval/bench_acl.py's verdict (the best method among complete ones, paired by seed) and its grid on the
+shared protocol: the choices that build on each other's, and ACL-Grad's seed rule (more seeds only if
+it gated more than 5% of steps)."""
 
 from __future__ import annotations
 
@@ -24,20 +25,9 @@ def bench():
 
 
 def entry(seeds: list[int], accuracies: list[float], planned: list[int] | None = None, dev: float | None = None) -> dict:
-    return {"seeds_done": seeds, "seeds_planned": planned or [0, 1, 2], "dev": {"accuracy": dev},
+    """A method's entry in the shared result shape (contrastive_bert.benchmarking.protocol)."""
+    return {"seeds": seeds, "seeds_planned": planned or [0, 1, 2], "dev": {"accuracy": dev},
             "test": {"accuracy": {"mean": statistics.fmean(accuracies), "values": accuracies}}}
-
-
-def test_paired_difference_pairs_by_seed(bench):
-    a = entry([0, 1, 2], [80.0, 82.0, 84.0])
-    b = entry([2, 0, 1], [85.0, 79.0, 80.0])  # listed in another order: paired by seed, not position
-    diff = bench.paired_difference(a, b)
-    assert diff["values"] == [1.0, 2.0, -1.0]
-    assert diff["mean"] == pytest.approx(2 / 3)
-    assert diff["std"] == pytest.approx(statistics.stdev([1.0, 2.0, -1.0]))
-    assert diff["seeds_won"] == 2 and diff["clear"] is False
-    clear = bench.paired_difference(entry([0, 1, 2], [81.0, 82.0, 83.0]), entry([0, 1, 2], [80.0, 80.5, 81.0]))
-    assert clear["clear"] is True and clear["seeds_won"] == 3
 
 
 def test_verdict_best_among_complete_methods(bench):
@@ -56,11 +46,29 @@ def test_verdict_best_among_complete_methods(bench):
 
 
 def test_acl_grad_runs_more_seeds_only_when_it_gates(bench):
-    best = {"dataset": "emotion", "regime": "full", "method": "acl_embed_grad", "seed": 0, "learning_rate": 1e-4,
-            "contrastive_weight": 0.5, "temperature": 0.1}
-    assert bench.final_seeds("acl_embed_grad", "full", {}, best) == [0]
-    quiet = {bench.run_key(best): {"gated_share": 0.02}}
-    assert bench.final_seeds("acl_embed_grad", "full", quiet, best) == [0]
-    gating = {bench.run_key(best): {"gated_share": 0.2}}
-    assert bench.final_seeds("acl_embed_grad", "full", gating, best) == [0, 1, 2]
-    assert bench.final_seeds("ce", "full", {}, best) == [0, 1, 2]
+    """ACL-Grad runs at ACL-Embed's choice (itself at CE's learning rate), seed 0 first, the other
+    seeds only if that run gated more than 5% of its steps."""
+    grid = bench.grid("full")
+    log: dict[str, dict] = {}
+
+    def add(method: str, config: int, dev: float, **fields) -> None:
+        run = grid.dev_runs("emotion", grid.method(method), log)[config] if method != "acl_embed_grad" else \
+            grid.final_runs(log, "emotion", grid.method(method), 0)[0]
+        log[grid.key(run)] = {**bench.spec_of(run, "full"), "dev": {"accuracy": dev}, **fields}
+
+    grad = grid.method("acl_embed_grad")
+    assert grid.final_runs(log, "emotion", grad, 0) == []  # CE has not chosen its learning rate yet
+    add("ce", 0, 80.0)
+    add("ce", 1, 81.0)  # CE picks lr 2e-4: ACL-Embed's configurations run at it
+    assert [bench.spec_of(r, "full")["learning_rate"] for r in grid.dev_runs("emotion", grid.method("acl_embed"), log)] == [2e-4, 2e-4]
+    add("acl_embed", 0, 82.0)
+    add("acl_embed", 1, 81.5)
+    first = grid.final_runs(log, "emotion", grad, 0)
+    assert [r.seed for r in first] == [0]
+    assert bench.spec_of(first[0], "full") == {"dataset": "emotion", "regime": "full", "method": "acl_embed_grad", "seed": 0,
+                                               "learning_rate": 2e-4, "contrastive_weight": 0.1, "temperature": 0.3}
+    add("acl_embed_grad", 0, 82.0, gated_share=0.02)
+    assert [r.seed for r in grid.final_runs(log, "emotion", grad, 0)] == [0]
+    add("acl_embed_grad", 0, 82.0, gated_share=0.2)
+    assert [r.seed for r in grid.final_runs(log, "emotion", grad, 0)] == [0, 1, 2]
+    assert [r.seed for r in grid.final_runs(log, "emotion", grid.method("ce"), 1)] == [0, 1, 2]

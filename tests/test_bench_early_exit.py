@@ -112,8 +112,9 @@ def test_truncation_row_from_an_adaptive_record(bench):
 
 
 def test_stage1_against_the_classifier_recipe(bench):
-    acl = {"verdict": {"banking77": {"full": {"best_on_dev": "ce"}}},
-           "banking77": {"full": {"ce": {"test": {"accuracy": {"values": [93.77, 93.18, 93.21]}}, "train_rows": 9002, "seeds_done": [0, 1, 2]}}}}
+    acl = {"comparisons": {"banking77/full": {"best_on_dev": "ce"}},
+           "settings": {"banking77/full": {"ce": {"test": {"accuracy": {"values": [93.77, 93.18, 93.21]}}, "cost": {"train_rows": 9002},
+                                                  "seeds": [0, 1, 2]}}}}
     reference = bench.reference_accuracy(acl, "banking77")
     assert reference["method"] == "ce" and reference["test_accuracy"]["mean"] == pytest.approx(93.39)
     assert bench.reference_accuracy(acl, "emotion") is None

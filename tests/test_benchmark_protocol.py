@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -133,10 +134,27 @@ def test_pairs_quality_keeps_its_run_keys():
 
 
 def test_acl_quality_json_is_its_run_log_summarised():
-    """bench_acl (not on the shared grid yet: its choices depend on each other's) rebuilds its files
-    from its run log with the same figures; the label-name geometry needs the model and is left out."""
+    """bench_acl rebuilds its files from its run log with the same figures; the label-name geometry
+    needs the model and is left out."""
     bench = _bench("bench_acl")
     summary, protocol = bench.build_summary(_records("acl_quality_runs.jsonl"), bench.parse_args([]))
     for name, rebuilt in (("acl_quality.json", summary), ("acl_quality_protocol.json", protocol)):
         stored = json.loads((RESULTS / name).read_text(encoding="utf-8"))
         assert _json(rebuilt) == {k: v for k, v in stored.items() if k not in ("environment", "label_names")}, name
+
+
+def test_bench_acl_keeps_its_run_keys():
+    """Every run of bench_acl's log is a run of its grids (CE's choice, the others' at CE's rate,
+    ACL-Grad at ACL-Embed's) under the key it was logged with, and nothing of its blocks is left to run."""
+    bench = _bench("bench_acl")
+    log = {r["key"]: r for r in _records("acl_quality_runs.jsonl")}
+    known = {bench.run_key(next(bench.plan_block("cost", "cost", log)))}
+    for regime in bench.REGIMES:
+        grid = bench.grid(regime)
+        for setting in grid.settings:
+            for method in grid.methods:
+                config = grid.chosen(log, setting, method)
+                runs = [*grid.dev_runs(setting, method, log), *grid.final_runs(log, setting, method, config or 0)]
+                known |= {grid.key(replace(run, seed=seed)) for run in runs for seed in grid.seeds_of(method)}
+    assert set(log) <= known
+    assert bench.next_run(bench.BLOCKS, log) is None

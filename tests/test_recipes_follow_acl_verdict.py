@@ -27,10 +27,10 @@ RECIPES = [("emotion_acl.yaml", None, "emotion"), ("emotion_multi_exit.yaml", 0,
 def test_recipe_uses_the_method_chosen_on_dev(recipe, stage, dataset):
     values = yaml.safe_load((ROOT / "scripts" / "recipes" / recipe).read_text())
     trains = values if stage is None else {**values, **values["stages"][stage]}
-    verdict = RESULTS["verdict"][dataset]["full"]
+    verdict = RESULTS["comparisons"][f"{dataset}/full"]
     assert not verdict["pending"], f"{dataset} full: the verdict is still pending: {verdict['pending']}"
     method = verdict["best_on_dev"]
-    chosen = RESULTS[dataset]["full"][method]["chosen_on_dev"]
+    chosen = RESULTS["settings"][f"{dataset}/full"][method]["chosen_on_dev"]["options"]
     options = {"mode": "acl", "label_embedding": "free", **trains.get("loss_options", {})}
     assert trains["loss"] == "acl"
     assert {k: options.get(k) for k in METHOD_OPTIONS[method]} == METHOD_OPTIONS[method]

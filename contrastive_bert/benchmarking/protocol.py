@@ -8,7 +8,9 @@ A benchmark on this protocol is its :class:`Method` list and its scoring functio
   of a method runs at the first seed and the dev score picks one (best, first on ties; a method of
   one configuration needs no choice), then the chosen configuration runs the other seeds. Where the
   dev score comes from runs of their own (a method's ``separate_dev``: e.g. a dev split of intents), the
-  chosen configuration then runs every seed for test;
+  chosen configuration then runs every seed for test. A method may **build on** another's choice
+  (``builds_on``: e.g. its configurations at the learning rate CE chose), and run its other seeds
+  only if its first seed says so (``more_seeds_if``);
 - **paired differences** (:func:`paired_difference`): method A minus method B seed by seed;
 - **one result shape** (:meth:`Grid.results`): ``setting -> method -> entry`` with
 
@@ -30,7 +32,7 @@ this protocol keeps the keys of its run log and resumes it instead of redoing it
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from contrastive_bert.benchmarking.results import mean_std
@@ -50,7 +52,10 @@ class Method:
     the grid's; e.g. ``(0,)`` for a deterministic row such as the untrained model); ``separate_dev``:
     its dev scores come from dev-only runs (phase ``"dev"``, e.g. on a dev split of intents) and the
     chosen configuration then runs every seed for test (even with one configuration); ``fields``:
-    what the results entry carries besides the protocol's (``baseline``, ``note``, ...)."""
+    what the results entry carries besides the protocol's (``baseline``, ``note``, ...);
+    ``builds_on``: the method whose dev-chosen options each configuration starts from (it runs once
+    that choice is made); ``more_seeds_if(record)``: the chosen configuration runs its other seeds
+    only if its first seed's record passes (None: always)."""
 
     name: str
     loss: str | None = None
@@ -61,6 +66,8 @@ class Method:
     seeds: tuple[int, ...] | None = None
     separate_dev: bool = False
     fields: Mapping[str, Any] = field(default_factory=dict)
+    builds_on: str | None = None
+    more_seeds_if: Callable[[dict], bool] | None = None
 
     def __post_init__(self) -> None:
         if not self.configs:
@@ -78,7 +85,8 @@ class Method:
 class Run:
     """One run of the grid: ``phase`` ``"test"`` (scored on dev and test) or ``"dev"`` (a dev-only
     run of a method with ``separate_dev``); ``dev``: the dev score that chose ``config`` (runs after
-    the choice of such a method), else None."""
+    the choice of such a method), else None; ``inherited``: the options taken from the method it
+    builds on (``Method.builds_on``), as ``(name, value)`` pairs."""
 
     setting: str
     method: str
@@ -86,6 +94,7 @@ class Run:
     seed: int
     phase: str = "test"
     dev: float | None = None
+    inherited: tuple[tuple[str, Any], ...] = ()
 
 
 def choose_on_dev(scores: Mapping[int, float], tie_break: Callable[[int], Any] | None = None) -> int | None:
@@ -150,17 +159,33 @@ class Grid:
     def needs_choice(self, method: Method) -> bool:
         return len(method.configs) > 1 or method.separate_dev
 
-    def dev_runs(self, setting: str, method: Method) -> list[Run]:
-        """The first-seed runs whose dev scores choose the configuration (none without a choice)."""
-        if not self.needs_choice(method):
+    def inherited(self, log: Log, setting: str, method: Method) -> dict[str, Any] | None:
+        """The options ``method`` takes from the dev choice of the method it builds on (``{}`` if
+        none); None while that choice is not made."""
+        if method.builds_on is None:
+            return {}
+        base = self.method(method.builds_on)
+        config = self.chosen(log, setting, base)
+        return None if config is None else self.options(log, setting, base, config)
+
+    def options(self, log: Log, setting: str, method: Method, config: int) -> dict[str, Any]:
+        """Configuration ``config`` of ``method`` in full: inherited options, fixed options, its own."""
+        return {**(self.inherited(log, setting, method) or {}), **method.config(config)}
+
+    def dev_runs(self, setting: str, method: Method, log: Log | None = None) -> list[Run]:
+        """The first-seed runs whose dev scores choose the configuration (none without a choice, or
+        while the choice it builds on is not made in ``log``)."""
+        inherited = self.inherited(log or {}, setting, method)
+        if not self.needs_choice(method) or inherited is None:
             return []
         phase = "dev" if method.separate_dev else "test"
-        return [Run(setting, method.name, c, self.seeds_of(method)[0], phase) for c in range(len(method.configs))]
+        return [Run(setting, method.name, c, self.seeds_of(method)[0], phase, inherited=tuple(inherited.items()))
+                for c in range(len(method.configs))]
 
     def dev_scores(self, log: Log, setting: str, method: Method) -> dict[int, float]:
         """Configuration -> dev score, for those whose dev run is in ``log`` (in configuration order)."""
         scores = {}
-        for run in self.dev_runs(setting, method):
+        for run in self.dev_runs(setting, method, log):
             record = self._record(log, run)
             if record is not None:
                 scores[run.config] = self.dev_score(record)
@@ -168,7 +193,9 @@ class Grid:
 
     def chosen(self, log: Log, setting: str, method: Method, partial: bool = False) -> int | None:
         """The configuration chosen on dev: None until every dev run is in (``partial``: among
-        those in); configuration 0 for a method without a choice."""
+        those in); configuration 0 for a method without a choice; None while the choice it builds on is not made."""
+        if self.inherited(log, setting, method) is None:
+            return None
         if not self.needs_choice(method):
             return 0
         scores = self.dev_scores(log, setting, method)
@@ -179,9 +206,17 @@ class Grid:
 
     def final_runs(self, log: Log, setting: str, method: Method, config: int) -> list[Run]:
         """The chosen configuration's test runs: every seed (the first one is its dev run unless
-        the method's ``separate_dev``)."""
+        the method's ``separate_dev``); with ``more_seeds_if``, the first seed alone until its record
+        passes."""
+        inherited = self.inherited(log, setting, method)
+        if inherited is None:
+            return []
         dev = self.dev_scores(log, setting, method).get(config) if method.separate_dev else None
-        return [Run(setting, method.name, config, seed, "test", dev) for seed in self.seeds_of(method)]
+        runs = [Run(setting, method.name, config, seed, "test", dev, tuple(inherited.items())) for seed in self.seeds_of(method)]
+        if method.more_seeds_if is not None:
+            first = self._record(log, runs[0])
+            return runs if first is not None and method.more_seeds_if(first) else runs[:1]
+        return runs
 
     def plan(self, log: Log, methods: Iterable[str] | None = None, settings: Iterable[str] | None = None) -> list[Run]:
         """The runs not in ``log`` whose turn has come, in order: method by method (each in every
@@ -192,7 +227,7 @@ class Grid:
             for setting in settings if settings is not None else self.settings:
                 if not method.runs_in(setting):
                     continue
-                runs = self.dev_runs(setting, method)
+                runs = self.dev_runs(setting, method, log)
                 config = self.chosen(log, setting, method)
                 if config is not None:
                     runs += self.final_runs(log, setting, method, config)
@@ -208,29 +243,33 @@ class Grid:
         dev: Callable[[dict], Mapping[str, float]] | None = None,
         general: Callable[[list[dict]], Mapping[str, Any] | None] | None = None,
         cost: Callable[[list[dict]], Mapping[str, Any]] | None = None,
+        fields: Callable[[list[dict]], Mapping[str, Any]] | None = None,
     ) -> dict | None:
         """The results entry of ``method`` in ``setting`` from the runs in ``log`` (partial results
         allowed: the choice among the dev runs in, the seeds done so far); None before its first run.
 
         ``test(record)`` / ``dev(record)``: metric -> score of one run; ``general(records)``: the
-        general-ability block over the seeds; ``cost(records)``: extra cost fields. ``dev`` may
-        return None (a run without dev scores)."""
+        general-ability block over the seeds; ``cost(records)``: extra cost fields; ``fields(records)``:
+        the benchmark's own fields of the entry. ``dev`` may return None (a run without dev scores).
+        Every seed of the method in ``log`` counts, planned or not (``seeds_planned``: what the
+        protocol runs)."""
         config = self.chosen(log, setting, method, partial=True)
         if config is None:
             return None
         scores = self.dev_scores(log, setting, method)
-        runs = [self._record(log, run) for run in self.final_runs(log, setting, method, config)]
+        planned = self.final_runs(log, setting, method, config)
+        runs = [self._record(log, replace(planned[0], seed=seed)) for seed in self.seeds_of(method)]
         seeds = [r for r in runs if r is not None]
         if not seeds and not scores:
             return None
-        dev_run = self._record(log, self.dev_runs(setting, method)[config]) if scores else (seeds[0] if seeds else None)
+        dev_run = self._record(log, self.dev_runs(setting, method, log)[config]) if scores else (seeds[0] if seeds else None)
         entry: dict[str, Any] = {
-            "chosen_on_dev": {"config": config, "options": method.config(config), "configs_tried": len(scores) if scores else 1,
-                              "configs_planned": len(method.configs),
+            "chosen_on_dev": {"config": config, "options": self.options(log, setting, method, config),
+                              "configs_tried": len(scores) if scores else 1, "configs_planned": len(method.configs),
                               "dev_by_config": {str(c): s for c, s in scores.items()},
-                              "options_by_config": {str(c): method.config(c) for c in scores}},
+                              "options_by_config": {str(c): self.options(log, setting, method, c) for c in scores}},
             "dev": None,
-            "test": {}, "seeds": [], "seeds_planned": self.seeds_of(method), "cost": {}, "general": None,
+            "test": {}, "seeds": [], "seeds_planned": [run.seed for run in planned], "cost": {}, "general": None,
             **{"loss": method.loss, **method.fields},
         }
         scored_dev = dev(dev_run) if dev and dev_run is not None else None
@@ -244,6 +283,7 @@ class Grid:
                              **{k: seeds[0][k] for k in ("steps", "train_rows") if k in seeds[0]},
                              **(cost(seeds) if cost else {})}
             entry["general"] = general(seeds) if general else None
+            entry.update(fields(seeds) if fields else {})
         return entry
 
     def results(self, log: Log, **scoring: Any) -> dict[str, dict[str, dict]]:
