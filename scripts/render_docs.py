@@ -5,8 +5,9 @@ standings table. A figure is then written once, in its JSON or its spec, and can
     python scripts/render_docs.py            # rewrite every page
     python scripts/render_docs.py --check    # exit 1 and name the pages that differ (CI)
 
-Templates (docs/templates/*.md.in) hold the prose. In them, ``{{table NAME}}`` is replaced by
-the table a function of this file renders, ``{{link FILE}}`` by a link to ``eval/results/FILE.json``,
+Templates (docs/templates/*.md.in) hold the prose. In them, ``{{table NAME ARG...}}`` is replaced by
+the table ``table_NAME(results, ARG...)`` renders,
+``{{link FILE}}`` by a link to ``eval/results/FILE.json``,
 ``{{v FILE PATH}}`` by one value of
 ``eval/results/FILE.json`` (PATH: keys joined by dots; a ``{mean, std, values}`` record prints as
 ``mean ± std``), and ``{{d FILE PATH FILE PATH}}`` by the signed difference of two values.
@@ -544,7 +545,7 @@ def table_queue_quality(results: Results) -> str:
     return benchmark_table(rows, columns, labels)
 
 
-TABLES: dict[str, Callable[[Results], str]] = {
+TABLES: dict[str, Callable[..., str]] = {
     name.removeprefix("table_"): function for name, function in globals().items() if name.startswith("table_")
 }
 
