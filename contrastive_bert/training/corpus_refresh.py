@@ -18,9 +18,10 @@ its previous negatives.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
-from typing import Any, Literal
+from typing import Any
 
 import datasets
 from transformers import TrainerCallback
@@ -42,35 +43,28 @@ class CorpusNegativeRefresh(TrainerCallback):
         rows: ``(anchor, positive, negative_1..negative_n)`` rows of
             :func:`~contrastive_bert.corpus_mining.mine_corpus_negatives`; train on :attr:`rows`,
             the same rows with the refreshable negatives.
-        split, range_max, perc_pos, sampling, max_positives_per_query, batch_size, seed: as in
-            :func:`~contrastive_bert.corpus_mining.mine_corpus_negatives` (use the values that made ``rows``).
         every_epochs: refresh at the start of epochs ``every_epochs + 1``, ``2 * every_epochs + 1``, ...
+        **mining_options: the keyword arguments of
+            :func:`~contrastive_bert.corpus_mining.mine_corpus_negatives` that made ``rows``
+            (``range_max``, ``perc_pos``, ``sampling``, ``max_positives_per_query``, ``seed``, ...);
+            the number of negatives is read off ``rows``.
     """
 
-    def __init__(
-        self,
-        model,
-        data: RetrievalData,
-        rows: datasets.Dataset,
-        *,
-        split: str = "train",
-        range_max: int = 100,
-        perc_pos: float | None = 0.95,
-        sampling: Literal["top", "random"] = "top",
-        max_positives_per_query: int | None = 4,
-        batch_size: int = 64,
-        seed: int = 0,
-        every_epochs: int = 1,
-    ) -> None:
+    def __init__(self, model, data: RetrievalData, rows: datasets.Dataset, *, every_epochs: int = 1, **mining_options: Any) -> None:
+        from contrastive_bert.corpus_mining import mine_corpus_negatives
+
         if isinstance(every_epochs, bool) or not isinstance(every_epochs, int) or every_epochs < 1:
             raise ValueError(f"every_epochs: expected a positive integer, got {every_epochs!r}")
         self.negative_columns = [name for name in rows.column_names if name.startswith("negative")]
         if rows.column_names[:2] != ["anchor", "positive"] or not self.negative_columns:
             raise ValueError(f"rows: expected columns anchor, positive, negative_1.., got {rows.column_names}")
+        self.options = {**mining_options, "num_negatives": len(self.negative_columns)}
+        try:  # a misnamed option fails now, not at the first refresh an epoch into training
+            inspect.signature(mine_corpus_negatives).bind(model, data, **self.options)
+        except TypeError as error:
+            raise ValueError(f"mining_options: {error}") from None
         self.model = model
         self.data = data
-        self.options = dict(split=split, num_negatives=len(self.negative_columns), range_max=range_max, perc_pos=perc_pos,
-                            sampling=sampling, max_positives_per_query=max_positives_per_query, batch_size=batch_size, seed=seed)
         self.every_epochs = every_epochs
         self.negatives: dict[tuple[str, str], list[str]] = {
             (row["anchor"], row["positive"]): [row[c] for c in self.negative_columns] for row in rows

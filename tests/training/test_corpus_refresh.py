@@ -82,5 +82,7 @@ def test_bad_rows_and_schedule_are_refused(tiny_model, data):
     rows = mine_corpus_negatives(tiny_model, data, "train", num_negatives=1, perc_pos=None)
     with pytest.raises(ValueError, match="every_epochs"):
         CorpusNegativeRefresh(tiny_model, data, rows, every_epochs=0)
+    with pytest.raises(ValueError, match="mining_options: .*perc_positive"):
+        CorpusNegativeRefresh(tiny_model, data, rows, perc_positive=0.9)  # misnamed: refused now, not an epoch later
     with pytest.raises(ValueError, match="rows: expected columns"):
         CorpusNegativeRefresh(tiny_model, data, rows.remove_columns("negative_1"))
