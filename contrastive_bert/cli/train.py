@@ -50,7 +50,8 @@ _HELP = {
     "corpus_negatives": "retrieval sets: JSON object; mine hard negatives from the set's own corpus with the model "
                         "about to be trained (never a judged-relevant document), e.g. '{\"num_negatives\": 1}'; with "
                         "'{\"refresh_every_epochs\": 1}' mined again by the model being trained every epoch (ANCE); keys: "
-                        "num_negatives, range_max, perc_pos, sampling, refresh_every_epochs",
+                        "num_negatives, range_max, perc_pos, sampling, refresh_every_epochs, fallback ('pairs': train on the plain "
+                        "pairs when too few pairs keep a negative); 'none' trains on the plain pairs",
     "labelled_negatives": "reranking data sets: pair every correct answer with a labelled wrong candidate of its "
                           "question (triplets)",
     "dev_task": "task scored on its validation split every --eval-steps during training ('' for none)",
@@ -78,6 +79,7 @@ _DERIVED_SHOWN = {
     "eval_tasks": "the training set itself when it is a retrieval or labelled set, else stsb",
     "max_seq_length": "the model's own limit for a retrieval set, else 128",
     "output_dir": "output/<data>-<loss>, e.g. output/scifact-mnrl",
+    "corpus_negatives": "'{\"num_negatives\": 1, \"fallback\": \"pairs\"}' for retrieval sets trained by a pair loss, else none",
 }
 
 
@@ -153,7 +155,9 @@ def given_fields(args: argparse.Namespace) -> dict[str, Any]:
     values = {name: getattr(args, name) for name in TrainingRecipe.field_names() if hasattr(args, name)}
     for name, value in values.items():
         flag = "--" + name.replace("_", "-")
-        if name in _JSON_FIELDS:
+        if name == "corpus_negatives" and isinstance(value, str) and value.strip().lower() in ("none", "null", "off"):
+            values[name] = None  # switch off what a retrieval set derives
+        elif name in _JSON_FIELDS:
             values[name] = parse_json_object(value, flag)
         elif isinstance(value, str) and typing.get_origin(hints[name]) in (dict, list):
             try:

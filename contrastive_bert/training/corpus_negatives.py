@@ -38,6 +38,9 @@ class CorpusNegatives:
         sampling: ``top`` (the hardest survivors) or ``random`` among them.
         refresh_every_epochs: mine again with the model being trained before every that many
             epochs (ANCE); None: mine once, before training.
+        fallback: ``"pairs"``: when fewer than half of the pairs keep their negatives (a corpus too
+            small or a model too weak to mine with), train on the plain pairs and log why; None:
+            that is an error. The default a retrieval set derives has ``"pairs"``.
     """
 
     num_negatives: int = 1
@@ -45,6 +48,7 @@ class CorpusNegatives:
     perc_pos: float | None = 0.95
     sampling: Literal["top", "random"] = "top"
     refresh_every_epochs: int | None = None
+    fallback: Literal["pairs"] | None = None
 
     def __post_init__(self) -> None:
         def positive_int(name: str, value: object, allow_none: bool = False) -> None:
@@ -61,6 +65,8 @@ class CorpusNegatives:
         if self.perc_pos is not None and (isinstance(self.perc_pos, bool) or not isinstance(self.perc_pos, (int, float))
                                           or not 0 < self.perc_pos <= 1):
             raise ValueError(f"corpus_negatives.perc_pos: expected a number in (0, 1] or null, got {self.perc_pos!r}")
+        if self.fallback not in (None, "pairs"):
+            raise ValueError(f"corpus_negatives.fallback: expected 'pairs' or null, got {self.fallback!r}")
         if self.sampling not in ("top", "random"):
             raise ValueError(f"corpus_negatives.sampling: expected 'top' or 'random', got {self.sampling!r}")
 
@@ -106,12 +112,26 @@ def mine_training_rows(
     for name in names:
         data = load(name)
         start = time.perf_counter()
-        rows, mined = mine_corpus_negatives(model, data, "train", return_report=True, **options)
-        report[name] = {**asdict(mined), "seconds": time.perf_counter() - start}
-        logger.info("corpus negatives of %s: %d of %d pairs kept (%.0f s)", name, mined.kept, mined.pairs, report[name]["seconds"])
-        rows = rows.shuffle(seed=seed)
-        if max_samples is not None:
-            rows = rows.select(range(min(max_samples, len(rows))))
+        try:
+            rows, mined = mine_corpus_negatives(model, data, "train", return_report=True, **options)
+            kept, pairs = mined.kept, mined.pairs
+        except ValueError as error:  # no pair kept a negative
+            if config.fallback != "pairs":
+                raise
+            rows, mined, kept, pairs = None, None, 0, None
+            logger.warning("corpus negatives of %s: %s", name, error)
+        report[name] = {**(asdict(mined) if mined else {"kept": 0}), "seconds": time.perf_counter() - start}
+        if config.fallback == "pairs" and (rows is None or kept < pairs / 2):
+            logger.warning("corpus negatives of %s: only %d pairs kept a negative; training on the plain pairs instead "
+                           "(corpus_negatives.fallback)", name, kept)
+            from contrastive_bert.data.training_pairs import retrieval_pairs
+
+            report[name]["fell_back_to_pairs"] = True
+            rows = retrieval_pairs(data, "train", max_positives_per_query, seed=seed)
+            parts.append(_sample(rows, seed, max_samples))
+            continue
+        logger.info("corpus negatives of %s: %d of %d pairs kept (%.0f s)", name, kept, pairs, report[name]["seconds"])
+        rows = _sample(rows, seed, max_samples)
         if config.refresh_every_epochs is not None:
             refresh = CorpusNegativeRefresh(model, data, rows, every_epochs=config.refresh_every_epochs,
                                             **{k: v for k, v in options.items() if k != "num_negatives"})
@@ -122,8 +142,15 @@ def mine_training_rows(
         return parts[0], callbacks, report
     import datasets
 
-    rows = datasets.concatenate_datasets(parts).shuffle(seed=seed)
-    return (rows.select(range(min(max_samples, len(rows)))) if max_samples is not None else rows), callbacks, report
+    if len({tuple(part.column_names) for part in parts}) > 1:  # one set fell back to pairs: all train on pairs
+        parts = [part.select_columns(["anchor", "positive"]) for part in parts]
+    return _sample(datasets.concatenate_datasets(parts), seed, max_samples), callbacks, report
+
+
+def _sample(rows: datasets.Dataset, seed: int, max_samples: int | None) -> datasets.Dataset:
+    """``rows`` shuffled with ``seed``, cut to ``max_samples`` (None: all)."""
+    rows = rows.shuffle(seed=seed)
+    return rows if max_samples is None else rows.select(range(min(max_samples, len(rows))))
 
 
 def check_corpus_negative_datasets(names: list[str], data_format: str = "pairs") -> None:

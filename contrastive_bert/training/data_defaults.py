@@ -6,7 +6,12 @@ be and where it is written, when the recipe file and the flags leave them out.
   at the model's full length (``max_seq_length: None``; the runner records the model's number);
 - a labelled set with held-out rows (a registered one) is scored by its own accuracy;
 - pair sets (and a single labelled file, whose rows are every split) keep STS-B;
-- ``output_dir`` is ``output/<data>-<loss>``, e.g. ``output/scifact-mnrl``.
+- ``output_dir`` is ``output/<data>-<loss>``, e.g. ``output/scifact-mnrl``;
+- retrieval sets trained by a loss on (anchor, positive[, negatives]) rows get one hard negative
+  per pair mined from their own corpus (``corpus_negatives: {num_negatives: 1, fallback: pairs}``):
+  on SciFact mined rows beat the plain pairs by 2.4 dev / 3.4 test nDCG@10
+  (eval/results/retrieval_quality.json); where the corpus is too small to mine, the run trains on
+  the plain pairs and says so.
 
 Nothing here loads data: the task types come from the data sets' specs.
 """
@@ -19,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 # The recipe fields this module derives (each only when the recipe leaves it out).
-DERIVED_FIELDS = ("dev_task", "eval_tasks", "max_seq_length", "output_dir")
+DERIVED_FIELDS = ("dev_task", "eval_tasks", "max_seq_length", "output_dir", "corpus_negatives")
+RETRIEVAL_NEGATIVES = {"num_negatives": 1, "fallback": "pairs"}
 PAIR_DEV_TASK = "stsb"
 PAIR_MAX_SEQ_LENGTH = 128
 _OWN_EVALUATION = ("retrieval", "classification")
@@ -79,4 +85,13 @@ def derived_defaults(datasets: Any, loss: str) -> dict[str, Any]:
     values["eval_tasks"] = test_tasks + ([PAIR_DEV_TASK] if pair_sets and PAIR_DEV_TASK not in test_tasks else [])
     retrieval = any(spec.task_type == "retrieval" for spec in specs)
     values["max_seq_length"] = None if retrieval else PAIR_MAX_SEQ_LENGTH
+    if all(spec.task_type == "retrieval" for spec in specs) and _trains_on_pairs(loss):
+        values["corpus_negatives"] = dict(RETRIEVAL_NEGATIVES)
     return values
+
+
+def _trains_on_pairs(loss: str) -> bool:
+    from contrastive_bert.training.losses_registry import LOSSES
+
+    entry = LOSSES.get(loss)
+    return entry is not None and entry.data_format == "pairs"

@@ -33,11 +33,30 @@ def test_mined_rows_and_their_refresh_are_recorded(tmp_path, tiny_loader, capsys
         "num_negatives": 1, "perc_pos": None, "refresh_every_epochs": 1}
 
 
-def test_without_the_field_a_retrieval_set_trains_on_pairs(tmp_path, tiny_loader, capsys):
+def test_a_retrieval_set_derives_one_mined_negative_and_none_switches_it_off(tmp_path, tiny_loader, capsys):
     folder = make_beir_folder(tmp_path / "my_corpus")
-    assert _train(folder, tmp_path / "run", "--max-steps", "1") == 0
-    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert _train(folder, tmp_path / "mined", "--max-steps", "1") == 0
+    recorded = json.loads((tmp_path / "mined" / "recipe.json").read_text())
+    assert recorded["corpus_negatives"] == {"num_negatives": 1, "fallback": "pairs"}  # the derived default
+    results = json.loads((tmp_path / "mined" / "results.json").read_text())
+    assert results["corpus_negatives"]["mining"][str(folder)]["kept"] == 6
+    assert _train(folder, tmp_path / "pairs", "--max-steps", "1", "--corpus-negatives", "none") == 0
+    results = json.loads((tmp_path / "pairs" / "results.json").read_text())
     assert "corpus_negatives" not in results and results["train_rows"] == 6
+    assert json.loads((tmp_path / "pairs" / "recipe.json").read_text())["corpus_negatives"] is None
+
+
+def test_too_few_mined_pairs_fall_back_to_the_plain_pairs(tmp_path, tiny_loader, capsys):
+    """perc_pos 0.01 drops every candidate: with fallback the run trains on the pairs and says so;
+    without it the run stops with the miner's reason."""
+    folder = make_beir_folder(tmp_path / "my_corpus")
+    assert _train(folder, tmp_path / "a", "--max-steps", "1",
+                  "--corpus-negatives", '{"perc_pos": 0.01, "fallback": "pairs"}') == 0
+    results = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert results["corpus_negatives"]["mining"][str(folder)]["fell_back_to_pairs"] and results["train_rows"] == 6
+    assert "training on the plain pairs instead" in capsys.readouterr().err
+    assert _train(folder, tmp_path / "b", "--max-steps", "1", "--corpus-negatives", '{"perc_pos": 0.01}') == 2
+    assert "no pair kept enough negatives" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("value, message", [
@@ -45,6 +64,7 @@ def test_without_the_field_a_retrieval_set_trains_on_pairs(tmp_path, tiny_loader
     ('{"num_negatives": 0}', "corpus_negatives.num_negatives: expected a positive integer"),
     ('{"perc_pos": 1.5}', "corpus_negatives.perc_pos: expected a number in (0, 1]"),
     ('{"sampling": "hardest"}', "corpus_negatives.sampling: expected 'top' or 'random'"),
+    ('{"fallback": "skip"}', "corpus_negatives.fallback: expected 'pairs' or null"),
     ('[1]', "--corpus-negatives: expected a JSON object"),
 ])
 def test_bad_settings_are_one_line(tmp_path, value, message, capsys):
