@@ -75,8 +75,8 @@ class DatasetSpec:
         reference: a URL (paper or source).
         licence: the data's licence as its publishers state it (for the data card).
         citation: a BibTeX entry for the data set's paper (for the data card).
-        hub_revision: the pinned hub revision (a commit sha, or a ref such as
-            ``refs/convert/parquet``) that ``hub_id`` loads; None: the hub's default branch.
+        hub_revision: the pinned hub revision (a commit sha, so the rows never move under a
+            result; a branch such as ``refs/convert/parquet`` moves) that ``hub_id`` loads; None: the hub's default branch.
         mteb: how the data set appears as a local mteb task; None: not offered to mteb.
         dev_share: the share of train held out as the ``validation`` split when the data set has
             none (:mod:`contrastive_bert.data.dev_split`: stratified by label for classification,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 
 import datasets
@@ -69,6 +70,17 @@ RETRIEVAL_SETS = {"scifact", "nfcorpus"}  # tests/data/test_retrieval_data.py
 
 def test_registry_names_every_shared_data_set():
     assert set(REGISTRY) == set(EXPECTED_ROWS) | RETRIEVAL_SETS
+
+
+@pytest.mark.parametrize("name", sorted(set(EXPECTED_ROWS) | RETRIEVAL_SETS))
+def test_hub_equivalent_pinned_to_a_commit(name):
+    """A branch (``main``, ``refs/convert/parquet``) moves under a result; a 40-hex commit does not.
+    answer_selection has no hub equivalent (its loader says so)."""
+    spec = REGISTRY[name]
+    if name == "answer_selection":
+        assert spec.hub_id is None
+        return
+    assert re.fullmatch(r"[0-9a-f]{40}", spec.hub_revision or ""), (name, spec.hub_revision)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_ROWS))

@@ -27,7 +27,10 @@ DATASET = DatasetSpec(
     files={"train": "train.csv", "test": "test.csv"},
     read_file=read_file,
     read_label_names=read_label_names,
-    hub_id="PolyAI/banking77",
+    # Hugging Face's parquet copy of PolyAI/banking77 (the same 10,003 / 3,080 rows and ClassLabel names):
+    # the original repository is a loading script, which datasets>=4 refuses, and its parquet
+    # conversion is a branch (refs/convert/parquet), which moves; this pins a commit.
+    hub_id="legacy-datasets/banking77",
     reference="https://arxiv.org/abs/2003.04807",
     licence="CC-BY-4.0",
     citation="""@inproceedings{casanueva-etal-2020-efficient,
@@ -38,7 +41,6 @@ DATASET = DatasetSpec(
     pages = "38--45",
     url = "https://aclanthology.org/2020.nlp4convai-1.5/",
 }""",
-    # The hub's parquet conversion: the original repository is a loading script, which datasets>=4 refuses.
-    hub_revision="refs/convert/parquet",
+    hub_revision="f54121560de48f2852f90be299010d1d6dc612ec",
     mteb=MtebCard("LocalBanking77Classification", stock_task="Banking77Classification", date=("2019-01-01", "2019-12-31")),
 )
