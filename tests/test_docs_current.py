@@ -4,8 +4,8 @@ and the renderer's pieces give the values they should."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,16 +13,10 @@ import pytest
 from contrastive_bert.data.spec import DatasetSpec, MtebCard
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "scripts") not in sys.path:
+    sys.path.insert(0, str(ROOT / "scripts"))  # the renderer's modules live there, beside the script
 
-
-def _load_renderer():
-    spec = importlib.util.spec_from_file_location("render_docs", ROOT / "scripts" / "render_docs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-render_docs = _load_renderer()
+import render_docs  # noqa: E402
 
 
 def test_generated_pages_are_current():

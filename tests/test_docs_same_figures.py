@@ -13,7 +13,6 @@ runs the figures may move: the test then skips, naming the log; re-capture with
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import re
 import sys
@@ -32,10 +31,11 @@ NUMBER = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?%?")
 
 
 def _renderer():
-    spec = importlib.util.spec_from_file_location("render_docs_figures", ROOT / "scripts" / "render_docs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))  # the renderer's modules live there, beside the script
+    import render_docs
+
+    return render_docs
 
 
 def _sections(text: str) -> dict[str, list[str]]:
