@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "scripts") not in sys.path:
     sys.path.insert(0, str(ROOT / "scripts"))  # the renderer's modules live there, beside the script
 
+import render_data_cards  # noqa: E402
 import render_docs  # noqa: E402
 
 
@@ -25,7 +26,7 @@ def test_generated_pages_are_current():
 
 
 def test_every_builtin_data_set_has_a_card_with_its_licence():
-    for spec, _ in render_docs.builtin_specs():
+    for spec, _ in render_data_cards.builtin_specs():
         card = (ROOT / "data" / f"{spec.name}.md").read_text(encoding="utf-8")
         assert f"# `{spec.name}`" in card
         assert f"**Licence**: {spec.licence or 'not stated'}" in card
@@ -145,7 +146,7 @@ def test_data_card_is_written_from_the_spec():
                        hub_id="someone/headlines", hub_revision="0123abcd", licence="CC-BY-4.0",
                        citation="@article{h, title={Headlines}}", reference="https://example.org/h",
                        mteb=MtebCard("LocalHeadlinesSTS", domains=("News",)))
-    card = render_docs.data_card(spec, "News headlines: pairs with a 0-5 score.")
+    card = render_data_cards.data_card(spec, "News headlines: pairs with a 0-5 score.")
     assert card.startswith("# `headlines`: News headlines\n")
     assert "- **Hugging Face hub** (used when no data root is given): `someone/headlines`, revision `0123abcd`" in card
     assert "- **Licence**: CC-BY-4.0" in card
@@ -156,5 +157,5 @@ def test_data_card_is_written_from_the_spec():
 def test_spec_card_fields_default_to_none():
     spec = DatasetSpec(name="x", task_type="pairs", description="x", hub_id="someone/x")
     assert (spec.licence, spec.citation, spec.hub_revision) == (None, None, None)
-    card = render_docs.data_card(spec, None)
+    card = render_data_cards.data_card(spec, None)
     assert "revision not pinned" in card and "**Licence**: not stated" in card
