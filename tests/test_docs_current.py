@@ -18,6 +18,7 @@ if str(ROOT / "scripts") not in sys.path:
 
 import render_data_cards  # noqa: E402
 import render_docs  # noqa: E402
+import render_standings  # noqa: E402
 
 
 def test_generated_pages_are_current():
@@ -37,7 +38,7 @@ def test_readme_standings_link_their_files_and_quote_them():
     results = render_docs.Results()
     pairs = results["pairs_quality"]["settings"]["sts"]["cosent"]["test"]["main_score"]
     assert f"CoSENT {pairs['mean']:.2f} ± {pairs['std']:.2f}" in readme
-    for _, stem, *_ in render_docs.STANDINGS:
+    for _, stem, *_ in render_standings.STANDINGS:
         assert f"(eval/results/{stem}.json)" in readme
         assert (ROOT / "eval" / "results" / f"{stem}.json").is_file()
 
@@ -127,13 +128,13 @@ def test_retrieval_standing_pairs_ours_with_the_best_baseline_by_seed(tmp_path):
              "verdict": {"baseline": "mnrl_st_mined", "ours": "mnrl_corpus_mined", "pending": False,
                          "ours_minus_baseline": {"mean": 0.83, "std": 0.29, "seeds": [0, 1, 2], "seeds_won": 3}}}
     results = _results(tmp_path, {"retrieval_quality": {"scifact": block}})
-    row = render_docs.retrieval_standing(results)
+    row = render_standings.retrieval_standing(results, render_docs.RETRIEVAL_LABELS)
     assert row[:4] == ["SciFact test nDCG@10 (dev-chosen; untrained 64.50)",
                        "MNRL on `mine_hard_negatives` triplets 71.00 ± 0.50 (3)",
                        "MNRL on corpus-mined triplets (ours, no queue) 71.83 ± 0.50 (3)", "+0.83 ± 0.29, 3 of 3 seeds"]
     block["verdict"]["pending"] = True  # seeds still to run: the seed-0 difference, said as such
     results = _results(tmp_path, {"retrieval_quality": {"scifact": block}})
-    assert render_docs.retrieval_standing(results)[3] == "+0.83 (seeds pending)"
+    assert render_standings.retrieval_standing(results, render_docs.RETRIEVAL_LABELS)[3] == "+0.83 (seeds pending)"
 
 
 def test_readme_standings_need_their_markers(tmp_path):
