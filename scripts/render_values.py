@@ -30,15 +30,18 @@ class Results(dict):
         return stem in self or (self.folder / f"{stem}.json").is_file()
 
 
-def lookup(data: object, path: str) -> object:
-    """``data[k1][k2]...`` for ``path = "k1.k2..."``; a missing key is a ValueError naming it."""
-    for key in path.split("."):
+def lookup(data: object, path: str, strict: bool = True) -> object:
+    """``data[k1][k2]...`` for ``path = "k1.k2..."`` (``""``: ``data`` itself); a missing key is a
+    ValueError naming it, or, not ``strict`` (a table's empty cell), None."""
+    for key in path.split(".") if path else ():
         if isinstance(data, list) and key.isdigit() and int(key) < len(data):
             data = data[int(key)]
         elif isinstance(data, Mapping) and key in data:
             data = data[key]
-        else:
+        elif strict:
             raise ValueError(f"path: no key {key!r} in {path!r}")
+        else:
+            return None
     return data
 
 
