@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from render_data_cards import builtin_specs, data_card, data_index
 from render_standings import standings_table
-from render_values import GENERATED, Results, fmt, is_stat, link, lookup, mean_of, table
+from render_table import Column, Table, benchmark_table, per_key
+from render_values import GENERATED, Results, fmt, is_stat, link, lookup, mean_of
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "docs" / "templates"
@@ -41,74 +40,19 @@ OPTION_NAMES = {"learning_rate": "lr"}
 
 
 def options_text(options: Mapping[str, object], names: Mapping[str, str] = OPTION_NAMES) -> str:
-    """``{"scale": 20.0, "learning_rate": 2e-05}`` -> ``scale 20.0, lr 2e-05`` (``names``: shorter option names)."""
-    return ", ".join(f"{names.get(k, k)} {v}" for k, v in options.items())
+    """A configuration in a cell: ``scale 20.0, lr 2e-05``; a nested block inline (``miner.range_max 100``), unset options left out."""
+    flat: dict[str, object] = {}
+    for key, value in options.items():
+        if isinstance(value, Mapping):
+            flat.update({f"{key}.{k}": v for k, v in value.items()})
+        elif value is not None:
+            flat[key] = value
+    return ", ".join(f"{names.get(k, k)} {v}" for k, v in flat.items())
 
 
-# ---------------------------------------------------------------- the one benchmark table
-
-Spec = str | Callable[[Any], str]
-
-
-def cell(value: object, spec: Spec = ".2f") -> str:
-    """A value in a table cell, by ``spec``: a function of the value; ``"seeds"``: ``mean ± std (n)``;
-    ``"mean"`` and a ``fmt`` spec (``"mean.0f"``): the mean alone; a ``str.format`` template
-    (``"{:.2f}x"``, ``"{:.1%}"``); else a ``fmt`` spec (``".1f"``). None: an empty cell."""
-    if value is None:
-        return ""
-    if callable(spec):
-        return spec(value)
-    if spec == "seeds":
-        return fmt(value, seeds=True)
-    if spec.startswith("mean"):
-        return fmt(mean_of(value), spec.removeprefix("mean") or ".2f")
-    return spec.format(value) if "{" in spec else fmt(value, spec)
-
-
-@dataclass(frozen=True)
-class Column:
-    """A column of a benchmark table: its ``header``; ``value``, where a row's value is (a path into
-    the row's entry, keys joined by dots, ``""`` for the entry itself, or a function of the entry; a
-    missing key is an empty cell); ``spec``, how the value prints (:func:`cell`); ``only``: the rows
-    that show it (None: all)."""
-
-    header: str
-    value: str | Callable[[Any], object] = ""
-    spec: Spec = ".2f"
-    only: tuple[str, ...] | None = None
-
-    def cell(self, name: object, entry: object) -> str:
-        if self.only is not None and name not in self.only:
-            return ""
-        return cell(self.value(entry) if callable(self.value) else lookup(entry, self.value, strict=False), self.spec)
-
-
-def per_key(keys: Iterable, path: str = "{}", header: str | Mapping = "{}", spec: Spec = ".2f") -> list[Column]:
-    """One column per key: its value at ``path.format(key)``, its header ``header.format(key)`` (or ``header[key]``)."""
-    title = (lambda key: header.get(key, key)) if isinstance(header, Mapping) else header.format
-    return [Column(title(key), path.format(key), spec) for key in keys]
-
-
-Labels = Mapping[str, str] | Callable[[Any], str | tuple[str, ...]] | None
-
-
-def benchmark_table(entries: Mapping[Any, Any], columns: Iterable[Column], labels: Labels,
-                    first: str | list[str] = "method", unlabelled: str = "{}") -> str:
-    """The one table of the docs: a row per entry (``name -> entry``: a setting of the shared result
-    shape of ``contrastive_bert.benchmarking.protocol``, or any other results block), its label
-    first, then a cell per column. ``labels``: a mapping (a name it lacks is
-    ``unlabelled.format(name)``), a function of the name, whose tuple fills several first columns
-    (``first`` then lists their headers), or None for no label column."""
-    columns = list(columns)
-    if labels is None:
-        label, first = (lambda name: ()), []
-    else:
-        label = labels if callable(labels) else lambda name: labels.get(name, unlabelled.format(name))
-    rows = []
-    for name, entry in entries.items():
-        head = label(name)
-        rows.append(([head] if isinstance(head, str) else list(head)) + [column.cell(name, entry) for column in columns])
-    return table(([first] if isinstance(first, str) else first) + [column.header for column in columns], rows)
+def first_entry(entries: Mapping) -> Mapping:
+    """The first entry, whose keys the others share (a table's columns)."""
+    return next(iter(entries.values()))
 
 
 def if_trained(path: str) -> Callable[[Mapping], object]:
@@ -129,7 +73,7 @@ def configs_run(chosen: Mapping) -> str:
     return f"({chosen['configs_tried']}/{chosen['configs_planned']})"
 
 
-# ---------------------------------------------------------------- tables of docs/results.md
+# ---------------------------------------------------------------- tables of docs/results*.md: ``table_NAME``
 
 PAIR_LABELS = {
     "untrained": "untrained",
@@ -151,7 +95,8 @@ GENERAL_LABELS = {"zero_shot_banking77": "zero-shot Banking77", "zero_shot_emoti
 
 
 def table_pairs(results: Results, setting: str) -> str:
-    """One setting of pairs_quality.json (``{{table pairs SETTING}}``): dev-chosen configuration, dev, test mean ± std (seeds), general ability."""
+    """One setting of pairs_quality.json (``{{table pairs SETTING}}``): dev-chosen configuration, dev,
+    test mean ± std (seeds) in the setting's own metric, then each general-ability score any entry has."""
     data = results["pairs_quality"]
     entries, metric = data["settings"][setting], data["protocol"]["test_metric"][setting]
     general = dict.fromkeys(name for entry in entries.values() for name in entry.get("general") or {})
@@ -173,40 +118,25 @@ RETRIEVAL_LABELS = {
     "gist": "GISTEmbed, guide: bundled model (ST)",
     "cached_mnrl": "CachedMNRL, batch 128 (ST)",
 }
-
-
-def retrieval_options_text(options: Mapping[str, object]) -> str:
-    """A retrieval configuration in a cell: the miner's settings inline, unset options left out."""
-    flat = {}
-    for key, value in options.items():
-        if isinstance(value, Mapping):
-            flat.update({f"{key}.{k}": v for k, v in value.items()})
-        elif value is not None:
-            flat[key] = value
-    return options_text(flat)
-
-
-def _zero_shot_text(run: Mapping) -> str:
-    shots = " / ".join(fmt(mean_of(run["zero_shot"][k]), ".1f") for k in ("banking77", "emotion", "sst2"))
-    return f"{fmt(mean_of(run['zero_shot_mean']), '.1f')} ({shots})"
-
-
-# Untrained rows hold single values where the methods hold {mean, std, values} over seeds.
+SHOTS = ("banking77", "emotion", "sst2")
+# The untrained row holds single values where the methods hold {mean, std, values} over seeds.
 RETRIEVAL_COLUMNS = [
     Column("chosen on dev (configs run/planned)", lambda run: run if "chosen_on_dev" in run else None,
-           lambda run: f"{retrieval_options_text(run['options'])} {configs_run(run['chosen_on_dev'])}"),
+           lambda run: f"{options_text(run['options'])} {configs_run(run['chosen_on_dev'])}"),
     Column("dev nDCG@10", "dev.ndcg_at_10"), Column("test nDCG@10: mean ± std (seeds)", "test.ndcg_at_10", "seeds"),
     Column("test MAP@100", "test.map_at_100", "mean"), Column("test Recall@100", "test.recall_at_100", "mean"),
-    Column("STS-B test", "stsb", "mean"), Column("zero-shot mean (B77 / emotion / SST-2)", "", _zero_shot_text),
+    Column("STS-B test", "stsb", "mean"),
+    Column("zero-shot mean (B77 / emotion / SST-2)", "", lambda run: f"{fmt(mean_of(run['zero_shot_mean']), '.1f')} "
+           f"({' / '.join(fmt(mean_of(run['zero_shot'][k]), '.1f') for k in SHOTS)})"),
     Column("mining s", "rows_seconds", "mean.0f"), Column("train s", "train_seconds", "mean.0f"), Column("peak MiB", "peak_rss_mb", "mean.0f"),
 ]
 
 
 def table_retrieval(results: Results) -> str:
-    """retrieval_quality.json: per setting the untrained model and each method's dev-chosen
+    """retrieval_quality.json, per setting: the untrained model and each method's dev-chosen
     configuration, dev and test nDCG@10 (test: mean ± std over seeds), MAP@100, Recall@100, the
     general-ability block (STS-B, mean zero-shot accuracy over Banking77, emotion and SST-2), the
-    cost (mining and training seconds, peak memory) and the runs the plan still misses."""
+    cost (mining and training seconds, peak memory), then the runs the plan still misses."""
     if not results.has("retrieval_quality"):
         return "*Not run yet: `eval/results/retrieval_quality.json` does not exist.*"
     blocks = []
@@ -220,7 +150,7 @@ def table_retrieval(results: Results) -> str:
 
 
 QUEUE_DIAGNOSIS_COLUMNS = [
-    Column("configuration", "", lambda run: retrieval_options_text({**run["options"], "learning_rate": run["learning_rate"]})),
+    Column("configuration", "", lambda run: options_text({**run["options"], "learning_rate": run["learning_rate"]})),
     Column("dev nDCG@10", "dev_ndcg_at_10"), Column("last loss", "last_loss"), Column("steps with a full queue", "steps_with_full_queue"),
     Column("hard negatives judged relevant", "full.hard_relevant", "{:.1%}"),
     Column("plain queue negatives judged relevant", "full.queue_relevant", "{:.1%}"), Column("hard: age (steps)", "full.age", ".1f"),
@@ -230,37 +160,19 @@ QUEUE_DIAGNOSIS_COLUMNS = [
 
 
 def table_retrieval_queue_diagnosis(results: Results) -> str:
-    """retrieval_quality.json ``queue_diagnosis``: per queue run, what its hard negatives were over
-    the steps with a full queue (QueueNegativeProbe)."""
+    """retrieval_quality.json ``queue_diagnosis``: per queue run (of any setting), what its hard
+    negatives were over the steps with a full queue (QueueNegativeProbe)."""
     if not results.has("retrieval_quality"):
         return "*Not run yet.*"
     runs = {f"{setting}/{key}": run for setting, block in results["retrieval_quality"].items() if isinstance(block, Mapping)
             for key, run in (block.get("queue_diagnosis") or {}).items()}
-    return benchmark_table(runs, QUEUE_DIAGNOSIS_COLUMNS, str, first="run (method/config/seed)") if runs else "*No queue run has finished yet.*"
+    return benchmark_table(runs, QUEUE_DIAGNOSIS_COLUMNS, first="run (method/config/seed)") if runs else "*No queue run has finished yet.*"
 
 
 ACL_LABELS = {"logreg": "logistic regression on frozen embeddings", "ce": "CE", "supcon": "CE + SupCon",
               "acl_embed": "ACL-Embed", "acl_embed_encoded": "ACL-Embed, encoded label names",
               "acl_embed_grad": "ACL-Embed + ACL-Grad"}
 ACL_OPTIONS = {"learning_rate": "lr", "contrastive_weight": "λ", "temperature": "τ"}
-
-
-def table_acl(results: Results, dataset: str, regime: str) -> str:
-    """One data set and regime of acl_quality.json: a row per method (``{{table acl DATASET REGIME}}``)."""
-    block = results["acl_quality"]["settings"].get(f"{dataset}/{regime}")
-    if not block:
-        return f"*Not run yet: `acl_quality.json` has no {dataset} {regime} results.*"
-    columns = [
-        Column("chosen on dev", if_trained("chosen_on_dev.options"), lambda options: options_text(options, ACL_OPTIONS)),
-        Column("dev acc.", "dev.accuracy"), Column("test acc.: mean ± std (seeds)", "test.accuracy", "seeds"),
-        Column("test macro-F1", "test.macro_f1"), Column("train s", "cost.train_seconds", "mean.0f"),
-        Column("STS-B after", "general.stsb", "mean"), Column("zero-shot mean after", "general.zero_shot_mean", "mean"),
-        Column("ACL-Grad gated", "gated_share", "{:.1%}"), Column("mean angle", "mean_angle", "{:.0f}°"),
-        # every method records it; only ACL-Grad uses it
-        Column("cheap angle agrees with exact", "agreement_with_exact", "{:.0%}", only=("acl_embed_grad",))]
-    return benchmark_table(block, columns, ACL_LABELS)
-
-
 ACL_DATASETS = {"banking77": "Banking77", "emotion": "emotion", "sst2": "SST-2"}
 ACL_REGIMES = {"full": "full train", "10-shot": "10 per class"}
 ACL_BLOCKS = [("banking77", "full"), ("banking77", "10-shot"), ("emotion", "full"), ("emotion", "10-shot"), ("sst2", "full")]
@@ -300,24 +212,25 @@ def table_acl_verdict(results: Results) -> str:
     return text + (f"\n\nPending: {why}." if why else "")
 
 
+table_acl = Table("acl_quality:settings.{0}/{1}", [  # {{table acl DATASET REGIME}}
+    Column("chosen on dev", if_trained("chosen_on_dev.options"), lambda options: options_text(options, ACL_OPTIONS)),
+    Column("dev acc.", "dev.accuracy"), Column("test acc.: mean ± std (seeds)", "test.accuracy", "seeds"),
+    Column("test macro-F1", "test.macro_f1"), Column("train s", "cost.train_seconds", "mean.0f"),
+    Column("STS-B after", "general.stsb", "mean"), Column("zero-shot mean after", "general.zero_shot_mean", "mean"),
+    Column("ACL-Grad gated", "gated_share", "{:.1%}"), Column("mean angle", "mean_angle", "{:.0f}°"),
+    Column("cheap angle agrees with exact", "agreement_with_exact", "{:.0%}", only=("acl_embed_grad",)),  # all record it; ACL-Grad uses it
+], ACL_LABELS, missing="*Not run yet: `acl_quality.json` has no {0} {1} results.*")
+
 ACL_COST_LABELS = {"acl_embed": "ACL-Embed, no gating", "acl_embed_grad_exact": "ACL-Grad, exact angle over all parameters",
                    "acl_embed_grad_head_last_layer": "ACL-Grad, angle over the head + last encoder layer (default)",
                    "acl_embed_grad_exact_every5": "ACL-Grad, exact angle every 5 steps",
                    "acl_embed_encoded": "ACL-Embed with the encoded label head"}
-
-
-def table_acl_cost(results: Results) -> str:
-    ratios = {k: v for k, v in results["acl_quality_protocol"]["acl_grad_cost"]["ratio_to_ce"].items() if k != "ce"}
-    return benchmark_table(ratios, [Column("time per step vs CE", "", "{:.2f}x")], ACL_COST_LABELS, first="variant")
-
+table_acl_cost = Table("acl_quality_protocol:acl_grad_cost.ratio_to_ce", [Column("time per step vs CE", "", "{:.2f}x")], ACL_COST_LABELS,
+                       first="variant", skip=("ce",))
 
 ACL_SHORT_LABELS = {"ce": "CE", "supcon": "CE + SupCon", "acl": "ACL-Embed", "acl_grad": "ACL-Embed + ACL-Grad"}
-
-
-def table_acl_short(results: Results) -> str:
-    data = results["bench_acl"]["datasets"]
-    return benchmark_table(data, per_key(next(iter(data.values()))["summary"], "summary.{}", ACL_SHORT_LABELS), str, first="data set")
-
+table_acl_short = Table("bench_acl:datasets", lambda data: per_key(first_entry(data)["summary"], "summary.{}", ACL_SHORT_LABELS),
+                        first="data set")
 
 ZERO_SHOT_LABELS = {"untrained": "untrained", "ce_free": "CE, free label vectors",
                     "acl_embed_free": "ACL-Embed, free label vectors", "ce_encoded": "CE, encoded label names",
@@ -334,12 +247,11 @@ def zero_shot_accuracy(key: str) -> Callable[[Mapping], object]:
     return value
 
 
-def table_zero_shot(results: Results) -> str:
-    columns = [Column(header, zero_shot_accuracy(key)) for header, key in (
+table_zero_shot = Table("bench_zero_shot:settings.unseen20", [
+    *(Column(header, zero_shot_accuracy(key)) for header, key in (
         ("20 unseen intents (by name)", "heldout20"), ("57 seen intents (trained head)", "seen57"),
-        ("all 77, unseen rows", "all77_heldout_rows"), ("emotion (names)", "emotion"), ("SST-2 (names)", "sst2"))]
-    return benchmark_table(results["bench_zero_shot"]["settings"]["unseen20"], columns + [Column("seeds", "seeds", lambda s: str(len(s)))],
-                           ZERO_SHOT_LABELS, first="model")
+        ("all 77, unseen rows", "all77_heldout_rows"), ("emotion (names)", "emotion"), ("SST-2 (names)", "sst2"))),
+    Column("seeds", "seeds", lambda seeds: str(len(seeds)))], ZERO_SHOT_LABELS, first="model")
 
 
 def dev_candidates(entries: Mapping[str, Mapping], config_text: Callable[[Mapping], str]) -> dict[tuple[str, str], float]:
@@ -354,9 +266,10 @@ def dev_candidates(entries: Mapping[str, Mapping], config_text: Callable[[Mappin
 
 
 def table_zero_shot_dev(results: Results) -> str:
+    """bench_zero_shot.json: each configuration the tuned methods tried on the dev split of intents, the chosen one marked."""
     entries = results["bench_zero_shot"]["settings"]["unseen20"]
     tuned = {name: e for name, e in entries.items() if name != "untrained" and (e.get("chosen_on_dev") or {}).get("options_by_config")}
-    rows = {("untrained", ""): (entries["untrained"].get("dev") or {}).get("unseen10"),
+    rows = {("untrained", ""): lookup(entries, "untrained.dev.unseen10", strict=False),
             **dev_candidates(tuned, lambda c: f"{c['epochs']:g} epoch(s), λ {c['contrastive_weight']}")}
     return benchmark_table(rows, [Column("dev: zero-shot on 10 other unseen intents")],
                            lambda key: (ZERO_SHOT_LABELS.get(key[0].removesuffix("_tuned"), key[0]), key[1]), first=["model", "configuration"])
@@ -371,25 +284,17 @@ def _early_exit_measured(results: Results) -> Mapping:
 
 def table_exits(results: Results) -> str:
     """Per-exit test accuracy of the CLI-trained multi-exit model (early_exit.json: truncated rows + full)."""
-    batch = next(iter(_early_exit_measured(results)["batch_sizes"].values()))
+    batch = first_entry(_early_exit_measured(results)["batch_sizes"])
     row = {**{str(r["depth"]): r for r in batch["truncated"]}, "final classifier": batch["full"]}
-    return benchmark_table({"test accuracy": row}, per_key(row, "{}.accuracy"), str, first="exit on layer")
+    return benchmark_table({"test accuracy": row}, per_key(row, "{}.accuracy"), first="exit on layer")
 
 
 def _threshold(value: object) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) else ("" if value is None else str(value))
 
 
-def speed_columns(full: Mapping) -> list[Column]:
-    """Accuracy, depth and throughput of an early-exit row, its CPU speed-up over the ``full`` model's row."""
-    base = full.get("cpu_throughput")
-    return [Column("accuracy", "accuracy"), Column("avg. layers", "avg_layers"), Column("sentences / CPU-s", "cpu_throughput", ".0f"),
-            Column("speed-up (CPU)", "cpu_throughput", lambda v: f"{v / base:.2f}x" if v and base else ""),
-            Column("sentences / s (wall)", "throughput", ".0f")]
-
-
 def table_early_exit(results: Results) -> str:
-    """Every row of early_exit.json's sweeps, per batch size."""
+    """Every row of early_exit.json's sweeps, per batch size: accuracy, depth, throughput and the CPU speed-up over the full model."""
     blocks = []
     for batch_size, batch in _early_exit_measured(results)["batch_sizes"].items():
         if not isinstance(batch, Mapping) or "full" not in batch:
@@ -398,7 +303,11 @@ def table_early_exit(results: Results) -> str:
         for key, what in (("sweep", "early exit"), ("sweep_per_batch", "no regrouping")):
             rows.update({f"{what}, {r['criterion']} {_threshold(r['threshold'])}": r for r in batch.get(key, [])})
         rows.update({f"truncated to {r['depth']} layers": r for r in batch.get("truncated", [])})
-        blocks.append(f"*Batch {batch_size}:*\n\n" + benchmark_table(rows, speed_columns(batch["full"]), str, first=""))
+        base = batch["full"].get("cpu_throughput")
+        columns = [Column("accuracy", "accuracy"), Column("avg. layers", "avg_layers"), Column("sentences / CPU-s", "cpu_throughput", ".0f"),
+                   Column("speed-up (CPU)", "cpu_throughput", lambda v, base=base: f"{v / base:.2f}x" if v and base else ""),
+                   Column("sentences / s (wall)", "throughput", ".0f")]
+        blocks.append(f"*Batch {batch_size}:*\n\n" + benchmark_table(rows, columns, first=""))
     return "\n\n".join(blocks)
 
 
@@ -417,6 +326,7 @@ EXIT_COST_LABELS = {"tokenise": "tokenisation", "embed": "embeddings", "mask": "
 
 
 def table_early_exit_cost(results: Results) -> str:
+    """early_exit.json: CPU milliseconds of each step of the forward pass, a column per batch size."""
     batches = _early_exit_measured(results)["batch_sizes"]
     costs = {size: batch["cost_ms_per_batch"] for size, batch in batches.items() if "cost_ms_per_batch" in batch}
     rows = {key: {size: cost[key] for size, cost in costs.items()} for key in EXIT_COST_LABELS}
@@ -426,11 +336,9 @@ def table_early_exit_cost(results: Results) -> str:
 EXIT_METHODS = {"ce": "CE", "kd": "logit KD", "acl_cl": "ACL-CL"}
 
 
-def _cell(value: object) -> str:
+def _one_seed_mean(value: object) -> str:
     """``mean ± std``, or the mean alone for one seed (std 0)."""
-    if is_stat(value) and not value["std"]:  # type: ignore[index]
-        value = value["mean"]  # type: ignore[index]
-    return fmt(value, ".1f")
+    return fmt(value["mean"] if is_stat(value) and not value["std"] else value, ".1f")  # type: ignore[index]
 
 
 def table_multi_exit(results: Results, stem: str, dataset: str) -> str:
@@ -439,17 +347,18 @@ def table_multi_exit(results: Results, stem: str, dataset: str) -> str:
     rows = {"final classifier applied to the layer (no exit training)": data["truncated"]}
     rows.update({f"{'MHA' if head == 'mha' else head} exit, {EXIT_METHODS.get(method, method)}": accuracy
                  for head, methods in data["summary"]["per_layer"].items() for method, accuracy in methods.items()})
-    return benchmark_table(rows, per_key(data["truncated"], spec=_cell), str, first="exit on layer")
+    return benchmark_table(rows, per_key(data["truncated"], spec=_one_seed_mean), first="exit on layer")
 
 
 def table_queue_step_time(results: Results) -> str:
+    """queue_speed_step_time.json: MNRL's median step time, and each queue size's overhead over it."""
     steps = results["queue_speed_step_time"]["step_time"]
     sizes = sorted({run["queue_size"] for run in steps.values() if run["queue_size"]})
     rows = {"MNRL": {str(sizes[0]): f"{steps['mnrl']['median_s']:.3f} s"}}
     for label, hard in (("QueueInfoNCE, queue only", 0), ("QueueInfoNCE + 8 hard negatives", 8)):
         rows[label] = {str(run["queue_size"]): f"{100 * run['overhead_vs_mnrl']:+.1f}%" for run in steps.values()
                        if run["queue_size"] and run["hard"] == hard}
-    return benchmark_table(rows, per_key(sizes, "{}", "K = {:,}"), str, first="step time, batch 32 (median)")
+    return benchmark_table(rows, per_key(sizes, "{}", "K = {:,}"), first="step time, batch 32 (median)")
 
 
 TOPK_LABELS = {"torch_flat_ms": "torch matmul + topk", "faiss_flat_ms": "FAISS flat", "faiss_ivf_ms": "FAISS IVF",
@@ -462,32 +371,19 @@ def topk_name(key: str) -> str:
     return f"K = {int(size):,}, {queries} queries"
 
 
-def table_queue_topk(results: Results) -> str:
-    return benchmark_table(results["queue_speed"]["topk"], per_key(TOPK_LABELS, "{}", TOPK_LABELS, "{:,.1f} ms"), topk_name,
-                           first="top-64 search")
-
-
-QUEUE_MEMORY_LABELS = {"mnrl": "MNRL", "queue": "QueueInfoNCE", "cached_queue": "CachedQueueInfoNCE (GradCache, mini-batch 32)"}
-
-
-def table_queue_memory(results: Results) -> str:
-    memory = results["queue_speed"]["memory"]
-    batches = [b for b in next(iter(memory.values())) if b.isdigit()]
-    columns = per_key(batches, "{}.step_increase_mib", "batch {}", "{:,.0f} MiB") + [Column("last / first", "ratio_last_to_first", "{:.2f}x")]
-    return benchmark_table(memory, columns, QUEUE_MEMORY_LABELS, first="peak memory of one step (RSS increase)")
-
-
-def table_cli_startup(results: Results) -> str:
-    columns = [Column("command", "command", "`{}`"), Column("median", "median_s", "{:.2f} s"),
-               Column("range", "", lambda r: f"{r['min_s']:.2f}-{r['max_s']:.2f} s"), Column("runs", "runs", "{}")]
-    return benchmark_table(results["cli_startup"]["results"], columns, None)
-
+table_queue_topk = Table("queue_speed:topk", per_key(TOPK_LABELS, "{}", TOPK_LABELS, "{:,.1f} ms"), topk_name, first="top-64 search")
+table_queue_memory = Table(
+    "queue_speed:memory", lambda memory: per_key([b for b in first_entry(memory) if b.isdigit()], "{}.step_increase_mib", "batch {}", "{:,.0f} MiB")
+    + [Column("last / first", "ratio_last_to_first", "{:.2f}x")],
+    {"mnrl": "MNRL", "queue": "QueueInfoNCE", "cached_queue": "CachedQueueInfoNCE (GradCache, mini-batch 32)"},
+    first="peak memory of one step (RSS increase)")
 
 BASELINE_LABELS = {"untrained": "all-MiniLM-L6-v2, untrained", "mnrl": "+ MNRL on STS-B (score ≥ 4/5) + MRPC paraphrase pairs",
                    "cosent": "+ CoSENT on STS-B train scores", "cosent_stsb_mrpc": "+ CoSENT on STS-B + MRPC (MRPC labels as 0/1 scores)"}
 
 
 def table_baselines(results: Results) -> str:
+    """baselines.json: the untrained model (STS-B, Banking77, emotion), then each fine-tuned one (STS-B)."""
     data = results["baselines"]
     columns = [Column("STS-B test Spearman", lambda r: r["stsb_test"] if "stsb_test" in r else r["stsb"]["main_score"]),
                Column("Banking77 acc. (log. reg.)", "banking77.accuracy"), Column("Banking77 1-NN", "banking77.knn_accuracy_k1"),
@@ -501,6 +397,7 @@ QUEUE_QUALITY_LABELS = {"untrained": "untrained", "mnrl": "MNRL (ST)", "cached_m
 
 
 def table_queue_quality(results: Results) -> str:
+    """queue_quality_sts.json beside queue_quality_answer_selection.json: a row per method, a column per file."""
     sts, qa = results["queue_quality_sts"], results["queue_quality_answer_selection"]
     qa_runs = qa["results"]["answer_selection"]
     rows = {"untrained": {"sts": sts["untrained"]["sts"], "qa": qa["untrained"]["answer_selection"]},
@@ -509,6 +406,10 @@ def table_queue_quality(results: Results) -> str:
                Column("answer selection MRR / MAP (train: its pairs)", "qa", lambda q: f"{fmt(q['mrr'])} / {fmt(q['map'])}")]
     return benchmark_table(rows, columns, QUEUE_QUALITY_LABELS)
 
+
+table_cli_startup = Table("cli_startup:results", [
+    Column("command", "command", "`{}`"), Column("median", "median_s", "{:.2f} s"),
+    Column("range", "", lambda r: f"{r['min_s']:.2f}-{r['max_s']:.2f} s"), Column("runs", "runs", "{}")], labels=None)
 
 TABLES: dict[str, Callable[..., str]] = {
     name.removeprefix("table_"): function for name, function in globals().items() if name.startswith("table_")
@@ -538,10 +439,6 @@ def render_readme(readme: str, results: Results) -> str:
 PLACEHOLDER = re.compile(r"\{\{\s*(table|link|v|d)\s+([^}]*?)\s*\}\}")
 
 
-def _value(results: Results, stem: str, path: str) -> object:
-    return lookup(results[stem], path)
-
-
 def render_template(text: str, results: Results) -> str:
     """Fill ``{{table NAME}}``, ``{{link FILE}}``, ``{{v FILE PATH[|FORMAT]}}`` and ``{{d FILE PATH FILE PATH[|FORMAT]}}``."""
 
@@ -558,8 +455,8 @@ def render_template(text: str, results: Results) -> str:
                 raise ValueError(f"template: eval/results/{words[0]}.json does not exist")
             return link(words[0])
         if kind == "v":
-            return fmt(_value(results, *words), spec or ".2f")
-        difference = mean_of(_value(results, words[0], words[1])) - mean_of(_value(results, words[2], words[3]))
+            return fmt(lookup(results[words[0]], words[1]), spec or ".2f")
+        difference = mean_of(lookup(results[words[0]], words[1])) - mean_of(lookup(results[words[2]], words[3]))
         return f"{difference:+{spec or '.2f'}}"
 
     return PLACEHOLDER.sub(replace, text)
