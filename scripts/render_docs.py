@@ -7,8 +7,8 @@ its spec, and cannot drift.
     python scripts/render_docs.py --check    # exit 1 and name the pages that differ (CI)
 
 Templates (docs/templates/*.md.in) hold the prose. In them, ``{{table NAME ARG...}}`` is replaced by
-the table ``table_NAME(results, ARG...)`` renders (most are :class:`render_table.Table` rows: which
-file, which entries, which columns; all are drawn by ``render_table.benchmark_table``),
+the table ``table_NAME(results, ARG...)`` renders (a :class:`render_table.Table` row where the
+entries sit in one block of one file, else a function that gathers them; all drawn by ``benchmark_table``),
 ``{{link FILE}}`` by a link to ``eval/results/FILE.json``, ``{{v FILE PATH}}`` by one value of
 ``eval/results/FILE.json`` (PATH: keys joined by dots; a ``{mean, std, values}`` record prints as
 ``mean ± std``), and ``{{d FILE PATH FILE PATH}}`` by the signed difference of two values.

@@ -1,7 +1,7 @@
 """The one benchmark table of the generated docs: a row per result entry (``name -> entry``, e.g. a
 setting of the shared result shape of contrastive_bert.benchmarking.protocol), a cell per
 :class:`Column`; :class:`Table` describes a whole table as data (which file, which entries, which
-columns), so a benchmark's table is a row of scripts/render_docs.py's TABLES rather than code."""
+columns), so a table whose entries sit in one block of one file is a row of data, not code."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ class Column:
     spec: Spec = ".2f"
     only: tuple[str, ...] | None = None
 
-    def cell(self, name: object, entry: object) -> str:
+    def draw(self, name: object, entry: object) -> str:
+        """The cell of the row ``name`` whose entry is ``entry``."""
         if self.only is not None and name not in self.only:
             return ""
         return cell(self.value(entry) if callable(self.value) else lookup(entry, self.value, strict=False), self.spec)
@@ -64,7 +65,7 @@ def benchmark_table(entries: Mapping[Any, Any], columns: Iterable[Column], label
         label, first = (lambda name: ()), []
     else:
         label = labels if callable(labels) else lambda name: labels.get(name, unlabelled.format(name))
-    rows = [([head] if isinstance(head := label(name), str) else list(head)) + [column.cell(name, entry) for column in columns]
+    rows = [([head] if isinstance(head := label(name), str) else list(head)) + [column.draw(name, entry) for column in columns]
             for name, entry in entries.items()]
     return table(([first] if isinstance(first, str) else list(first)) + [column.header for column in columns], rows)
 

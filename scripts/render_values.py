@@ -1,5 +1,6 @@
 """Values of eval/results/*.json as markdown, shared by the generated pages (scripts/render_docs.py,
-render_data_cards.py, render_standings.py): the results files, a value by its path, a cell, a table, a link."""
+render_table.py, render_readme.py, render_data_cards.py): the results files, a value by its path, a
+cell, a markdown table, a link."""
 
 from __future__ import annotations
 
