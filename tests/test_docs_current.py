@@ -4,8 +4,8 @@ and the renderer's pieces give the values they should."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,16 +13,13 @@ import pytest
 from contrastive_bert.data.spec import DatasetSpec, MtebCard
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "scripts") not in sys.path:
+    sys.path.insert(0, str(ROOT / "scripts"))  # the renderer's modules live there, beside the script
 
-
-def _load_renderer():
-    spec = importlib.util.spec_from_file_location("render_docs", ROOT / "scripts" / "render_docs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-render_docs = _load_renderer()
+import render_data_cards  # noqa: E402
+import render_docs  # noqa: E402
+import render_readme  # noqa: E402
+import render_values  # noqa: E402
 
 
 def test_generated_pages_are_current():
@@ -31,7 +28,7 @@ def test_generated_pages_are_current():
 
 
 def test_every_builtin_data_set_has_a_card_with_its_licence():
-    for spec, _ in render_docs.builtin_specs():
+    for spec, _ in render_data_cards.builtin_specs():
         card = (ROOT / "data" / f"{spec.name}.md").read_text(encoding="utf-8")
         assert f"# `{spec.name}`" in card
         assert f"**Licence**: {spec.licence or 'not stated'}" in card
@@ -39,34 +36,34 @@ def test_every_builtin_data_set_has_a_card_with_its_licence():
 
 def test_readme_standings_link_their_files_and_quote_them():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    results = render_docs.Results()
+    results = render_values.Results()
     pairs = results["pairs_quality"]["settings"]["sts"]["cosent"]["test"]["main_score"]
     assert f"CoSENT {pairs['mean']:.2f} ± {pairs['std']:.2f}" in readme
-    for _, stem, *_ in render_docs.STANDINGS:
+    for _, stem, *_ in render_readme.STANDINGS:
         assert f"(eval/results/{stem}.json)" in readme
         assert (ROOT / "eval" / "results" / f"{stem}.json").is_file()
 
 
 def test_fmt_cells():
-    assert render_docs.fmt({"mean": 86.5701, "std": 0.0524, "values": [1, 2, 3]}, seeds=True) == "86.57 ± 0.05 (3)"
-    assert render_docs.fmt({"mean": 86.5701, "std": 0.0524}) == "86.57 ± 0.05"
-    assert render_docs.fmt(68.7) == "68.70"
-    assert render_docs.fmt(3080) == "3,080"
-    assert render_docs.fmt(None) == ""
-    assert render_docs.fmt(0.25, ".1%") == "25.0%"
+    assert render_values.fmt({"mean": 86.5701, "std": 0.0524, "values": [1, 2, 3]}, seeds=True) == "86.57 ± 0.05 (3)"
+    assert render_values.fmt({"mean": 86.5701, "std": 0.0524}) == "86.57 ± 0.05"
+    assert render_values.fmt(68.7) == "68.70"
+    assert render_values.fmt(3080) == "3,080"
+    assert render_values.fmt(None) == ""
+    assert render_values.fmt(0.25, ".1%") == "25.0%"
 
 
 def test_lookup_follows_keys_and_list_indices_and_names_a_missing_key():
     data = {"a": {"10-shot": [{"x": 1.5}]}}
-    assert render_docs.lookup(data, "a.10-shot.0.x") == 1.5
+    assert render_values.lookup(data, "a.10-shot.0.x") == 1.5
     with pytest.raises(ValueError, match="'y'"):
-        render_docs.lookup(data, "a.10-shot.0.y")
+        render_values.lookup(data, "a.10-shot.0.y")
 
 
 def _results(tmp_path: Path, files: dict) -> object:
     for stem, data in files.items():
         (tmp_path / f"{stem}.json").write_text(json.dumps(data))
-    return render_docs.Results(tmp_path)
+    return render_values.Results(tmp_path)
 
 
 def test_template_values_differences_and_links(tmp_path):
@@ -132,18 +129,18 @@ def test_retrieval_standing_pairs_ours_with_the_best_baseline_by_seed(tmp_path):
              "verdict": {"baseline": "mnrl_st_mined", "ours": "mnrl_corpus_mined", "pending": False,
                          "ours_minus_baseline": {"mean": 0.83, "std": 0.29, "seeds": [0, 1, 2], "seeds_won": 3}}}
     results = _results(tmp_path, {"retrieval_quality": {"scifact": block}})
-    row = render_docs.retrieval_standing(results)
+    row = render_readme.retrieval_standing(results)
     assert row[:4] == ["SciFact test nDCG@10 (dev-chosen; untrained 64.50)",
                        "MNRL on `mine_hard_negatives` triplets 71.00 ± 0.50 (3)",
                        "MNRL on corpus-mined triplets (ours, no queue) 71.83 ± 0.50 (3)", "+0.83 ± 0.29, 3 of 3 seeds"]
     block["verdict"]["pending"] = True  # seeds still to run: the seed-0 difference, said as such
     results = _results(tmp_path, {"retrieval_quality": {"scifact": block}})
-    assert render_docs.retrieval_standing(results)[3] == "+0.83 (seeds pending)"
+    assert render_readme.retrieval_standing(results)[3] == "+0.83 (seeds pending)"
 
 
 def test_readme_standings_need_their_markers(tmp_path):
     with pytest.raises(ValueError, match="markers"):
-        render_docs.render_readme("# no markers here\n", render_docs.Results(tmp_path))
+        render_readme.render_readme("# no markers here\n", render_values.Results(tmp_path))
 
 
 def test_data_card_is_written_from_the_spec():
@@ -151,7 +148,7 @@ def test_data_card_is_written_from_the_spec():
                        hub_id="someone/headlines", hub_revision="0123abcd", licence="CC-BY-4.0",
                        citation="@article{h, title={Headlines}}", reference="https://example.org/h",
                        mteb=MtebCard("LocalHeadlinesSTS", domains=("News",)))
-    card = render_docs.data_card(spec, "News headlines: pairs with a 0-5 score.")
+    card = render_data_cards.data_card(spec, "News headlines: pairs with a 0-5 score.")
     assert card.startswith("# `headlines`: News headlines\n")
     assert "- **Hugging Face hub** (used when no data root is given): `someone/headlines`, revision `0123abcd`" in card
     assert "- **Licence**: CC-BY-4.0" in card
@@ -162,5 +159,5 @@ def test_data_card_is_written_from_the_spec():
 def test_spec_card_fields_default_to_none():
     spec = DatasetSpec(name="x", task_type="pairs", description="x", hub_id="someone/x")
     assert (spec.licence, spec.citation, spec.hub_revision) == (None, None, None)
-    card = render_docs.data_card(spec, None)
+    card = render_data_cards.data_card(spec, None)
     assert "revision not pinned" in card and "**Licence**: not stated" in card

@@ -13,7 +13,6 @@ runs the figures may move: the test then skips, naming the log; re-capture with
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import re
 import sys
@@ -32,10 +31,13 @@ NUMBER = re.compile(r"[-+−]?\d[\d,]*(?:\.\d+)?%?")
 
 
 def _renderer():
-    spec = importlib.util.spec_from_file_location("render_docs_figures", ROOT / "scripts" / "render_docs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """scripts/render_docs.py and its README blocks (render_readme.py), imported from scripts/."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))
+    import render_docs
+    import render_readme
+
+    return render_docs, render_readme
 
 
 def _sections(text: str) -> dict[str, list[str]]:
@@ -50,13 +52,13 @@ def _sections(text: str) -> dict[str, list[str]]:
 
 
 def figures() -> dict[str, dict[str, list[str]]]:
-    render_docs = _renderer()
+    render_docs, render_readme = _renderer()
     results = render_docs.Results(ROOT / "eval" / "results")
     pages = {name: _sections(render_docs.render_results_page(f"{name}.in", results))
              for name in ("results.md", "results_archive.md")}
     pages["README.md"] = {f"{begin} ... {end}": [n for line in render(results).splitlines() if not line.startswith(OTHER_ROWS)
                                                  for n in NUMBER.findall(line)]
-                          for (begin, end), render in render_docs.README_BLOCKS.items()}
+                          for (begin, end), render in render_readme.README_BLOCKS.items()}
     return pages
 
 
