@@ -307,6 +307,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
         "setting": setting, "method": name, "config": config_index, "seed": seed, "learning_rate": learning_rate,
         "options": config, "miner": miner, "steps": trainer.state.global_step, "train_rows": len(rows), "train_seconds": seconds,
         "rows_seconds": rows_seconds, "peak_rss_mb": peak_mb, "load_average_15min": load,
+        "torch_threads": torch.get_num_threads(),  # seconds compare only at equal threads and load
         "queue_probe": None if probe is None else probe.summary(),
         "refreshes": None if refresh is None else refresh.history,
         "last_loss": losses[-1] if losses else None, "dry_run": bool(args.dry_run), **score(model, setting, ctx),
