@@ -184,5 +184,8 @@ def test_a_following_setting_runs_the_followed_choices_at_every_seed_and_the_ord
     log.update(_log(grid, {Run("s1", "b", 1, 0): 60.0}))
     assert grid.chosen(log, "s2", grid.method("a")) == 1 and grid.dev_runs("s2", grid.method("a"), log) == []
     assert [(r.method, r.config, r.seed) for r in grid.plan(log, settings=["s2"])] == [("b", 0, 0), ("a", 1, 0), ("b", 0, 1), ("a", 1, 1)]
+    only_b = replace(grid, select={"s2": lambda scores: ["b"]})
+    assert only_b.final_runs(log, "s2", only_b.method("a"), 1) == []  # not picked: no run, and no entry
+    assert only_b.entry(log, "s2", only_b.method("a"), test=lambda record: {"score": record["test"]}) is None
     with pytest.raises(ValueError, match="follows"):
         Grid(methods, ["s1", "s2", "s3"], [0], key=grid.key, dev_score=grid.dev_score, follows={"s2": "s1", "s3": "s2"})

@@ -36,7 +36,7 @@ this protocol keeps the keys of its run log and resumes it instead of redoing it
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from contrastive_bert.benchmarking.results import mean_std
@@ -249,19 +249,23 @@ class Grid:
         inherited = self.inherited(log, setting, method) or {}
         return self._record(log, Run(setting, method.name, config, self.seeds_of(method)[0], inherited=tuple(inherited.items())))
 
+    def _seed_runs(self, log: Log, setting: str, method: Method, config: int) -> list[Run]:
+        """Configuration ``config``'s test run at every seed of the method (none while the choice it builds on is not made)."""
+        inherited = self.inherited(log, setting, method)
+        if inherited is None:
+            return []
+        dev = self.dev_scores(log, setting, method).get(config) if method.separate_dev else None
+        return [Run(setting, method.name, config, seed, "test", dev, tuple(inherited.items())) for seed in self.seeds_of(method)]
+
     def final_runs(self, log: Log, setting: str, method: Method, config: int) -> list[Run]:
         """The chosen configuration's test runs: every seed (the first one is its dev run unless
         the method's ``separate_dev`` or the setting follows another); with ``more_seeds_if``, the
         first seed alone until its record passes; in a setting with a ``select``, only that dev run
         until the pick has the method."""
-        inherited = self.inherited(log, setting, method)
-        if inherited is None:
-            return []
-        dev = self.dev_scores(log, setting, method).get(config) if method.separate_dev else None
-        runs = [Run(setting, method.name, config, seed, "test", dev, tuple(inherited.items())) for seed in self.seeds_of(method)]
+        runs = self._seed_runs(log, setting, method, config)
         if setting in self.select and method.name not in (self.selected(log, setting) or ()):
             return runs[:1] if not method.separate_dev and setting not in self.follows else []
-        if method.more_seeds_if is not None:
+        if method.more_seeds_if is not None and runs:
             first = self._record(log, runs[0])
             return runs if first is not None and method.more_seeds_if(first) else runs[:1]
         return runs
@@ -311,7 +315,7 @@ class Grid:
             return None
         scores = self.dev_scores(log, setting, method)
         planned = self.final_runs(log, setting, method, config)
-        runs = [self._record(log, replace(planned[0], seed=seed)) for seed in self.seeds_of(method)]
+        runs = [self._record(log, run) for run in self._seed_runs(log, setting, method, config)]
         seeds = [r for r in runs if r is not None]
         if not seeds and not scores:
             return None
