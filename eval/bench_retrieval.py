@@ -26,8 +26,10 @@ MNRL and under the queue, and the cached queue at batch 128.
 
 Resumable: each finished run is appended to ``retrieval_quality_runs.jsonl`` and skipped on
 restart; ``retrieval_quality.json`` (+ ``retrieval_quality.png``) is rebuilt after every run, so
-partial results are valid. Runs go in plan order: seed 0 of every method's first configuration,
-then the other configurations, then the seeds of the dev-chosen ones, SciFact before NFCorpus.
+partial results are valid. The plan (configurations on dev at seed 0, the other seeds for the
+decisive rows, NFCorpus CPU on SciFact's choices) is the shared protocol's
+(:mod:`contrastive_bert.benchmarking.protocol`, :func:`grid`): runs go configuration by configuration
+at seed 0, then the seeds of the dev-chosen ones, SciFact before NFCorpus (:func:`run_order`).
 
     OMP_NUM_THREADS=2 nohup .venv/bin/python eval/bench_retrieval.py --threads 2 > retrieval.log 2>&1 &
     .venv/bin/python eval/bench_retrieval.py --device cuda --max-minutes 9
@@ -42,6 +44,7 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,7 +60,7 @@ from contrastive_bert.benchmarking import (
     setup_from_args,
     write_results,
 )
-from contrastive_bert.benchmarking.protocol import paired_difference
+from contrastive_bert.benchmarking.protocol import Grid, Method, Run, paired_difference
 from contrastive_bert.data import load_dataset
 from contrastive_bert.data.beir import RetrievalData
 from contrastive_bert.data.training_pairs import retrieval_pairs
@@ -79,8 +82,8 @@ MAX_SEQ_LENGTH = 256
 @dataclass(frozen=True)
 class Protocol:
     """How a setting trains: its data set, epochs and positives per query. A setting that
-    ``follows`` another runs no grid of its own: it trains the other's decisive choices (see
-    :func:`follower_runs`) at their dev-chosen configurations, every seed."""
+    ``follows`` another runs no grid of its own: it trains the other's choices (see
+    :func:`followed_rows`) at their dev-chosen configurations, every seed."""
 
     data: str
     epochs: int = EPOCHS
@@ -102,21 +105,15 @@ LR = (2e-5, 5e-5)
 NOTHING_LEFT = 10  # exit status under --max-runs when every planned run is done (ends a shell loop)
 
 
-@dataclass(frozen=True)
-class Method:
-    """One row of the table: a registered loss, its training rows and its dev-tuned configurations.
-
-    ``rows``: ``pairs`` (query, relevant document), ``st_mined`` (+ one negative from
-    sentence-transformers' miner) or ``corpus_mined`` (+ one negative from ours)."""
-
-    loss: str
-    baseline: bool
-    configs: tuple[dict[str, Any], ...]  # loss options plus "learning_rate"
-    rows: str = "pairs"
-    batch_size: int = BATCH_SIZE
-    note: str = ""
-    refresh: bool = False  # re-mine the corpus negatives with the model being trained each epoch (ANCE)
-    ablations: tuple[str, ...] = ()  # the methods that are this one without its queue (or refresh)
+def method(name: str, loss: str, baseline: bool, configs: tuple[dict[str, Any], ...], rows: str = "pairs",
+           batch_size: int = BATCH_SIZE, note: str = "", refresh: bool = False, ablations: tuple[str, ...] = ()) -> Method:
+    """One row of the table: a registered loss, its training rows and its dev-tuned configurations
+    (loss options plus ``learning_rate``). ``rows``: ``pairs`` (query, relevant document),
+    ``st_mined`` (+ one negative from sentence-transformers' miner) or ``corpus_mined`` (+ one
+    negative from ours); ``refresh``: re-mine the corpus negatives with the model being trained
+    each epoch (ANCE); ``ablations``: the methods that are this one without its queue (or refresh)."""
+    return Method(name, loss, configs, rows=rows, fields={"baseline": baseline, "batch_size": batch_size, "note": note,
+                                                          "refresh": refresh, "ablations": ablations})
 
 
 def _queue_configs(own: dict[str, Any]) -> tuple[dict[str, Any], ...]:
@@ -144,32 +141,92 @@ CORPUS_MINER = {"range_max": 100, "perc_pos": 0.95, "sampling": "top", "batch_si
 ST_RANGE = {"range_max": 100, "relative_margin": 0.05, "sampling_strategy": "top"}
 ST_DOCUMENTED = {"range_min": 10, "range_max": 50, "max_score": 0.8, "relative_margin": 0.05, "sampling_strategy": "random"}
 METHODS: dict[str, Method] = {
-    "mnrl": Method("mnrl", True, _configs({"scale": 20.0}),
+    "mnrl": method("mnrl", "mnrl", True, _configs({"scale": 20.0}),
                    note="MultipleNegativesRankingLoss, in-batch negatives"),
-    "mnrl_st_mined": Method("mnrl", True, _configs({"scale": 20.0, "miner": ST_RANGE}, {"miner": ST_DOCUMENTED}), rows="st_mined",
+    "mnrl_st_mined": method("mnrl_st_mined", "mnrl", True, _configs({"scale": 20.0, "miner": ST_RANGE}, {"miner": ST_DOCUMENTED}),
+                            rows="st_mined",
                             note="MNRL on sentence-transformers' mine_hard_negatives triplets: the same candidate range as ours "
                                  "(range_max 100, relative_margin 0.05, top); third configuration: its documented example"),
-    "mnrl_corpus_mined": Method("mnrl", False, _configs({"scale": 20.0}), rows="corpus_mined",
+    "mnrl_corpus_mined": method("mnrl_corpus_mined", "mnrl", False, _configs({"scale": 20.0}), rows="corpus_mined",
                                 note="ablation: MNRL on our corpus-mined triplets (the miner without the queue)"),
-    "queue_corpus_mined": Method("queue_infonce", False, _queue_configs(QUEUE),
+    "queue_corpus_mined": method("queue_corpus_mined", "queue_infonce", False, _queue_configs(QUEUE),
                                  rows="corpus_mined", ablations=("mnrl_corpus_mined",),
                                  note="queue InfoNCE on our corpus-mined triplets, a real queue (1,024 past documents) with 8 hard negatives from it"),
-    "queue_hard": Method("queue_infonce", False, _queue_configs(QUEUE),
+    "queue_hard": method("queue_hard", "queue_infonce", False, _queue_configs(QUEUE),
                          ablations=("mnrl",),
                          note="queue InfoNCE on pairs: the same real queue, hard negatives mined during training, no offline mining"),
-    "mnrl_ance": Method("mnrl", False, _configs({"scale": 20.0}), rows="corpus_mined", refresh=True, ablations=("mnrl_corpus_mined",),
+    "mnrl_ance": method("mnrl_ance", "mnrl", False, _configs({"scale": 20.0}), rows="corpus_mined", refresh=True,
+                        ablations=("mnrl_corpus_mined",),
                         note="MNRL on corpus-mined triplets whose negatives the model being trained re-mines before each epoch (ANCE)"),
-    "queue_ance": Method("queue_infonce", False, _queue_configs(QUEUE), rows="corpus_mined", refresh=True,
+    "queue_ance": method("queue_ance", "queue_infonce", False, _queue_configs(QUEUE), rows="corpus_mined", refresh=True,
                          ablations=("mnrl_ance", "queue_corpus_mined"),
                          note="the refreshed corpus negatives (ANCE) and the real queue with its hard negatives"),
-    "gist": Method("gist", True, _configs({"temperature": 0.01}), note="GISTEmbedLoss, guide: the frozen bundled model"),
-    "cached_mnrl": Method("cached_mnrl", True, _configs({"scale": 20.0, "mini_batch_size": 32}),
+    "gist": method("gist", "gist", True, _configs({"temperature": 0.01}), note="GISTEmbedLoss, guide: the frozen bundled model"),
+    "cached_mnrl": method("cached_mnrl", "cached_mnrl", True, _configs({"scale": 20.0, "mini_batch_size": 32}),
                           batch_size=CACHED_BATCH_SIZE, note="CachedMNRL (GradCache), batch 128"),
 }
+METRICS = ("ndcg_at_10", "map_at_100", "mrr_at_10", "recall_at_100")
 
 
 def run_key(setting: str, method: str, config: int, seed: int) -> str:
     return f"{setting}/{method}/{config}/{seed}"
+
+
+def _best_on_dev(scores: Mapping[str, float], baseline: bool) -> str | None:
+    """The sentence-transformers method (``baseline``) or the method of ours with the best dev
+    score, the first on ties; None without one."""
+    group = [name for name in scores if METHODS[name].fields["baseline"] == baseline]
+    return max(group, key=scores.__getitem__) if group else None
+
+
+def decisive_rows(scores: Mapping[str, float]) -> list[str]:
+    """The rows that get more seeds, from every method's dev choice: the best sentence-transformers
+    method, the best of ours, and that one's ablations."""
+    ours = _best_on_dev(scores, False)
+    ablations = METHODS[ours].fields["ablations"] if ours else ()
+    return [name for name in dict.fromkeys([_best_on_dev(scores, True), ours, *ablations]) if name in scores]
+
+
+def followed_rows(scores: Mapping[str, float]) -> list[str]:
+    """What a following setting trains, from its source's dev choices: MNRL, the best
+    sentence-transformers method and the best two of ours."""
+    ranked = sorted(scores, key=lambda name: -scores[name])
+    ours = [name for name in ranked if not METHODS[name].fields["baseline"]][:2]
+    return list(dict.fromkeys(["mnrl", _best_on_dev(scores, True), *ours]))
+
+
+# Runs moved ahead of the config-major order: the queue diagnosis (queue_corpus_mined at the seed's
+# weighted share fell 7.6 dev points below the same rows without the queue; its probe puts the
+# cause in the weight w = 23 on each hard term, not in false negatives) asks first whether the
+# seed's sample-code form (in-batch + top-8 queue rows, unweighted) does better (it does: 71.13 dev,
+# still below the rows without a queue), then the same form on pairs (hard negatives at pair cost).
+PRIORITY = (("scifact", "queue_corpus_mined", 1, 0), ("scifact", "queue_hard", 1, 0))
+
+
+def run_order(settings: Sequence[str], seeds: Sequence[int]) -> Callable[[Run], tuple]:
+    """The plan's sort key: :data:`PRIORITY` first, then setting by setting (in the order asked):
+    every method at the tuning seed configuration by configuration, then the decisive rows' other
+    seeds (in the pick's order); a following setting seed by seed."""
+    def key(run: Run) -> tuple:
+        at = (run.setting, run.method, run.config, run.seed)
+        if at in PRIORITY:
+            return (0, PRIORITY.index(at))
+        if PROTOCOLS[run.setting].follows:
+            return (1, settings.index(run.setting), seeds.index(run.seed))
+        tuning = run.seed == seeds[0]
+        return (1, settings.index(run.setting), not tuning, run.config if tuning else 0)
+    return key
+
+
+def grid(settings: Sequence[str] = SETTINGS, seeds: Sequence[int] = (0, 1, 2)) -> Grid:
+    """Every method in ``settings`` over ``seeds`` (the first: the tuning seed): the decisive rows
+    alone beyond it, a following setting on its source's choices, in :func:`run_order`."""
+    return Grid(list(METHODS.values()), list(settings), list(seeds),
+                key=lambda run: run_key(run.setting, run.method, run.config, run.seed),
+                dev_score=lambda record: record["dev"]["ndcg_at_10"],
+                follows={name: protocol.follows for name, protocol in PROTOCOLS.items() if protocol.follows},
+                select={name: followed_rows if protocol.follows else decisive_rows for name, protocol in PROTOCOLS.items()},
+                order=run_order(list(settings), list(seeds)))
 
 
 @dataclass
@@ -269,6 +326,7 @@ def score(model, setting: str, ctx: Context) -> dict[str, Any]:
 def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context) -> dict:
     args = ctx.args
     method = METHODS[name]
+    batch_size = method.fields["batch_size"]
     config = dict(method.configs[config_index])
     learning_rate = config.pop("learning_rate")
     miner = config.pop("miner", None)
@@ -277,7 +335,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     model = _base_model(args.device)
     recipe = TrainingRecipe(
         datasets=[PROTOCOLS[setting].data], loss=method.loss, loss_options=dict(config), epochs=PROTOCOLS[setting].epochs,
-        max_steps=DRY_RUN_STEPS if args.dry_run else -1, batch_size=method.batch_size, learning_rate=learning_rate,
+        max_steps=DRY_RUN_STEPS if args.dry_run else -1, batch_size=batch_size, learning_rate=learning_rate,
         max_seq_length=model.max_seq_length, seed=seed, save_steps=10**6, eval_steps=10**6, logging_steps=10,
         data_dir=args.data_dir, dev_task=None, eval_tasks=[],
     )
@@ -285,7 +343,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     loss = entry.build(model, rows, recipe)
     probe = QueueNegativeProbe(loss, relevance_by_text_id(model, ctx.retrieval(setting))) if hasattr(loss, "miner") else None
     refresh = None
-    if method.refresh:  # the same mining rule as the rows' first mining, with the model being trained
+    if method.fields["refresh"]:  # the same mining rule as the rows' first mining, with the model being trained
         refresh = CorpusNegativeRefresh(model, ctx.retrieval(setting), rows, max_positives_per_query=PROTOCOLS[setting].max_positives,
                                         **CORPUS_MINER)
         rows = refresh.rows
@@ -299,7 +357,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     peak_mb = _peak_rss_mb()
     load = os.getloadavg()[2]  # 15-minute load at the end of training: above ~2.5 others shared the 2 cores
     if trainer.state.global_step == 0:
-        raise RuntimeError(f"{setting}/{name}: no training step was taken (batch size {method.batch_size}, {len(rows)} rows)")
+        raise RuntimeError(f"{setting}/{name}: no training step was taken (batch size {batch_size}, {len(rows)} rows)")
     losses = [item["loss"] for item in trainer.state.log_history if "loss" in item]
     if losses and not all(math.isfinite(v) for v in losses):
         raise RuntimeError(f"{setting}/{name}: non-finite training loss")
@@ -334,15 +392,14 @@ def verdict(methods: dict[str, dict], untrained: dict, decisive: list[str], seed
     chosen on dev), ours minus theirs paired by seed, what the queue (or refresh) adds (ours minus
     each ablation), and ours' general ability against the untrained model; ``pending`` until the
     decisive rows have every seed."""
-    on_dev = lambda group: max(group, key=lambda n: methods[n]["dev"]["ndcg_at_10"]) if group else None  # noqa: E731
-    baseline = on_dev([n for n in methods if methods[n]["baseline"]])
-    ours = on_dev([n for n in methods if not methods[n]["baseline"]])
+    dev = {name: row["dev"]["ndcg_at_10"] for name, row in methods.items()}
+    baseline, ours = _best_on_dev(dev, True), _best_on_dev(dev, False)
     out: dict[str, Any] = {"baseline": baseline, "ours": ours, "decisive": decisive}
     if baseline is None or ours is None:
         return {**out, "pending": True}
     out["ours_minus_baseline"] = paired_difference(methods[ours], methods[baseline], "ndcg_at_10")
     out["ablations"] = {name: paired_difference(methods[ours], methods[name], "ndcg_at_10")
-                        for name in METHODS[ours].ablations if name in methods}
+                        for name in METHODS[ours].fields["ablations"] if name in methods}
     out["general_vs_untrained"] = {
         "stsb": methods[ours]["stsb"]["mean"] - untrained["general"]["stsb"],
         "zero_shot_mean": methods[ours]["zero_shot_mean"]["mean"] - untrained["general"]["zero_shot_mean"],
@@ -352,63 +409,54 @@ def verdict(methods: dict[str, dict], untrained: dict, decisive: list[str], seed
     return out
 
 
-class _InMemoryLog:
-    """The ``get``/``done`` part of :class:`RunLog` over records already read."""
+def _cost_and_general(finished: list[dict]) -> dict:
+    """Mining (or pair building) before training, the process's peak memory (runs logged before
+    these were recorded have None) and the general-ability block, mean/std over the seeds."""
+    return {
+        "rows_seconds": _mean_std_of(finished, "rows_seconds") if all("rows_seconds" in r for r in finished) else None,
+        "peak_rss_mb": _mean_std_of(finished, "peak_rss_mb") if all("peak_rss_mb" in r for r in finished) else None,
+        "stsb": _mean_std_of(finished, "general", "stsb"),
+        "zero_shot": {s: _mean_std_of(finished, "general", "zero_shot", s) for s in ("banking77", "emotion", "sst2")},
+        "zero_shot_mean": _mean_std_of(finished, "general", "zero_shot_mean"),
+    }
 
-    def __init__(self, records: list[dict]) -> None:
-        self._by_key = {r["key"]: r for r in records}
 
-    def get(self, key: str) -> dict | None:
-        return self._by_key.get(key)
-
-    def done(self, key: str) -> bool:
-        return key in self._by_key
+def _row(plan: Grid, log: Mapping[str, dict], setting: str, method: Method) -> dict | None:
+    """A method's summary row from its protocol entry: the dev-chosen configuration (a following
+    setting: its source's, with its own dev score), the test mean/std over the seeds finished so
+    far, the cost and the general-ability block; None before its first run."""
+    entry = plan.entry(log, setting, method, test=lambda r: {m: r["test"][m] for m in METRICS}, dev=lambda r: r["dev"],
+                       fields=lambda finished: {"retrieval": _cost_and_general(finished)})
+    if entry is None:
+        return None
+    chosen = entry["chosen_on_dev"]
+    return {
+        "baseline": method.fields["baseline"], "loss": method.loss, "rows": method.rows, "note": method.fields["note"],
+        "options": chosen["options"],
+        "chosen_on_dev": {"config": chosen["config"], "configs_tried": chosen["configs_tried"],
+                          "configs_planned": chosen["configs_planned"],
+                          "dev_ndcg_at_10_by_config": chosen["dev_by_config"] or {str(chosen["config"]): entry["dev"]["ndcg_at_10"]}},
+        "dev": entry["dev"], "test": entry["test"], "seeds": entry["seeds"],
+        "steps": entry["cost"]["steps"], "epochs": PROTOCOLS[setting].epochs, "batch_size": method.fields["batch_size"],
+        "train_rows": entry["cost"]["train_rows"], "train_seconds": entry["cost"]["train_seconds"], **entry["retrieval"],
+    }
 
 
 def summarize(records: list[dict], seeds: list[int]) -> dict:
     """``retrieval_quality.json``: per setting the untrained scores and, per method with runs, the
     dev-chosen configuration and its test mean/std over the seeds finished so far."""
     out: dict[str, Any] = {}
+    log = {r["key"]: r for r in records if not r.get("dry_run")}
+    plan = grid(SETTINGS, seeds)
     for setting in SETTINGS:
         mine = [r for r in records if r["setting"] == setting and not r.get("dry_run")]
         untrained = next((r for r in mine if r["method"] == "untrained"), None)
         if untrained is None:
             continue
-        methods = {}
         protocol = PROTOCOLS[setting]
-        for name, method in METHODS.items():
-            runs = [r for r in mine if r["method"] == name]
-            tuning = {r["config"]: r for r in runs if r["seed"] == seeds[0]}
-            if not tuning:
-                continue
-            chosen = max(tuning, key=lambda c: tuning[c]["dev"]["ndcg_at_10"])
-            finished = sorted((r for r in runs if r["config"] == chosen), key=lambda r: r["seed"])
-            options = dict(method.configs[chosen])
-            methods[name] = {
-                "baseline": method.baseline, "loss": method.loss, "rows": method.rows, "note": method.note, "options": options,
-                "chosen_on_dev": {"config": chosen, "configs_tried": len(tuning), "configs_planned": len(method.configs),
-                                  "dev_ndcg_at_10_by_config": {str(c): tuning[c]["dev"]["ndcg_at_10"] for c in sorted(tuning)}},
-                "dev": tuning[chosen]["dev"],
-                "test": {m: _mean_std_of(finished, "test", m) for m in ("ndcg_at_10", "map_at_100", "mrr_at_10", "recall_at_100")},
-                "seeds": [r["seed"] for r in finished],
-                "steps": finished[0]["steps"], "epochs": protocol.epochs, "batch_size": method.batch_size,
-                "train_rows": finished[0]["train_rows"],
-                "train_seconds": _mean_std_of(finished, "train_seconds"),
-                # mining (or pair building) before training, and the process's peak memory: runs logged
-                # before these were recorded have None
-                "rows_seconds": _mean_std_of(finished, "rows_seconds") if all("rows_seconds" in r for r in finished) else None,
-                "peak_rss_mb": _mean_std_of(finished, "peak_rss_mb") if all("peak_rss_mb" in r for r in finished) else None,
-                "stsb": _mean_std_of(finished, "general", "stsb"),
-                "zero_shot": {s: _mean_std_of(finished, "general", "zero_shot", s) for s in ("banking77", "emotion", "sst2")},
-                "zero_shot_mean": _mean_std_of(finished, "general", "zero_shot_mean"),
-            }
-        log = _InMemoryLog([r for r in records if not r.get("dry_run")])
-        if protocol.follows:
-            decisive = [name for name, _ in follower_runs(setting, seeds, log)]
-            planned = {name: len(seeds) for name in decisive}
-        else:
-            decisive = decisive_methods(setting, list(METHODS), seeds[0], log)
-            planned = {name: len(m.configs) + (len(seeds) - 1 if name in decisive else 0) for name, m in METHODS.items()}
+        methods = {name: row for name, method in METHODS.items() if (row := _row(plan, log, setting, method)) is not None}
+        decisive = plan.selected(log, setting) or []
+        planned = {name: len(plan.planned(log, setting, METHODS[name])) for name in (decisive if protocol.follows else METHODS)}
         done = {name: sum(1 for r in mine if r["method"] == name) for name in METHODS}
         diagnosis = {f"{r['method']}/{r['config']}/{r['seed']}": {
             "options": r["options"], "learning_rate": r["learning_rate"], "dev_ndcg_at_10": r["dev"]["ndcg_at_10"],
@@ -457,75 +505,6 @@ def plot(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def _dev_choice(setting: str, name: str, seed: int, records: RunLog) -> tuple[int, float] | None:
-    """``(config, dev nDCG@10)`` of the method's dev-chosen configuration once all its
-    configurations ran at the tuning seed, else None."""
-    tuning = {c: records.get(run_key(setting, name, c, seed)) for c in range(len(METHODS[name].configs))}
-    if any(record is None for record in tuning.values()):
-        return None
-    chosen = max(tuning, key=lambda c: tuning[c]["dev"]["ndcg_at_10"])
-    return chosen, tuning[chosen]["dev"]["ndcg_at_10"]
-
-
-def decisive_methods(setting: str, methods: list[str], seed: int, records: RunLog) -> list[str]:
-    """The rows that get more seeds, chosen on dev once every method's configurations ran: the
-    best sentence-transformers method, the best of ours, and that one's ablations (``Method.ablations``)."""
-    choices = {name: _dev_choice(setting, name, seed, records) for name in methods}
-    if not methods or any(choice is None for choice in choices.values()):
-        return []
-    picked = []
-    for baseline in (True, False):
-        group = [name for name in methods if METHODS[name].baseline == baseline]
-        if group:
-            picked.append(max(group, key=lambda name: choices[name][1]))
-    ours = picked[-1] if picked and not METHODS[picked[-1]].baseline else None
-    for ablation in METHODS[ours].ablations if ours else ():
-        if ablation in methods and ablation not in picked:
-            picked.append(ablation)
-    return picked
-
-
-# Runs moved ahead of the config-major order: the queue diagnosis (queue_corpus_mined at the seed's
-# weighted share fell 7.6 dev points below the same rows without the queue; its probe puts the
-# cause in the weight w = 23 on each hard term, not in false negatives) asks first whether the
-# seed's sample-code form (in-batch + top-8 queue rows, unweighted) does better (it does: 71.13 dev,
-# still below the rows without a queue), then the same form on pairs (hard negatives at pair cost).
-PRIORITY = (("scifact", "queue_corpus_mined", 1, 0), ("scifact", "queue_hard", 1, 0))
-
-
-def follower_runs(setting: str, seeds: list[int], records: RunLog) -> list[tuple[str, int]]:
-    """``(method, config)`` a following setting trains, once its source's seed-0 grid is complete:
-    MNRL, the source's best sentence-transformers method and its best two of ours, each at the
-    source's dev-chosen configuration (all chosen on the source's dev split)."""
-    source = PROTOCOLS[setting].follows
-    choices = {name: _dev_choice(source, name, seeds[0], records) for name in METHODS}
-    if any(choice is None for choice in choices.values()):
-        return []
-    ranked = sorted(METHODS, key=lambda name: -choices[name][1])
-    best_baseline = next(name for name in ranked if METHODS[name].baseline)
-    ours = [name for name in ranked if not METHODS[name].baseline][:2]
-    return [(name, choices[name][0]) for name in dict.fromkeys(["mnrl", best_baseline, *ours])]
-
-
-def plan(settings: list[str], methods: list[str], seeds: list[int], records: RunLog) -> list[tuple[str, str, int, int]]:
-    """Runs in the order that answers the most first: per setting, every method's first
-    configuration at the tuning seed, then the other configurations, then the other seeds of the
-    dev-chosen configuration of the decisive methods (:func:`decisive_methods`; re-planned after each run).
-    A following setting (:attr:`Protocol.follows`) runs :func:`follower_runs`, seed by seed."""
-    order = [run for run in PRIORITY if run[0] in settings and run[1] in methods and run[3] in seeds]
-    for setting in settings:
-        if PROTOCOLS[setting].follows:
-            runs = [(m, c) for m, c in follower_runs(setting, seeds, records) if m in methods]
-            order += [(setting, m, c, s) for s in seeds for m, c in runs]
-            continue
-        for config in range(max(len(METHODS[m].configs) for m in methods)):
-            order += [(setting, m, config, seeds[0]) for m in methods if config < len(METHODS[m].configs)]
-        for m in decisive_methods(setting, methods, seeds[0], records):
-            chosen = _dev_choice(setting, m, seeds[0], records)[0]
-            order += [(setting, m, chosen, s) for s in seeds[1:]]
-    return [run for run in order if not records.done(run_key(*run))]
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser, output=RESULTS / "retrieval_quality.json", run_log=RESULTS / "retrieval_quality_runs.jsonl",
@@ -555,8 +534,8 @@ def main(argv: list[str] | None = None) -> int:
                                                       "hard-negative share 0.15 over the whole queue at 2e-5, then in-batch + the top-8 queue rows only at both rates) on dev at the first "
                                                       "seed; then the other seeds of the dev choice for the decisive rows: the best "
                                                       "sentence-transformers method, the best of ours, and its ablation"},
-                               "methods_planned": {n: {"loss": m.loss, "rows": m.rows, "baseline": m.baseline, "note": m.note,
-                                                       "configs": list(m.configs)} for n, m in METHODS.items()},
+                               "methods_planned": {n: {"loss": m.loss, "rows": m.rows, "baseline": m.fields["baseline"],
+                                                       "note": m.fields["note"], "configs": list(m.configs)} for n, m in METHODS.items()},
                                **summary}, device=args.device)
         plot(summary, output.with_suffix(".png"))
 
@@ -570,16 +549,17 @@ def main(argv: list[str] | None = None) -> int:
             with budget.timed("untrained"):
                 log.append(key, _untrained(setting, ctx))
             write_summary()
+    plan = grid(settings, args.seeds)
     runs = 0
     while True:
-        todo = plan(settings, methods, args.seeds, log)
+        todo = plan.plan(log, methods)
         if not todo:
             logger.info("every planned run is in the log")
             write_summary()
             return NOTHING_LEFT if args.max_runs is not None else 0
         if args.max_runs is not None and runs >= args.max_runs:
             break
-        setting, name, config, seed = todo[0]
+        setting, name, config, seed = todo[0].setting, todo[0].method, todo[0].config, todo[0].seed
         if not budget.allows(name):
             logger.info("stopping: the wall-clock limit leaves too little for %s", name)
             break

@@ -158,3 +158,34 @@ def test_bench_acl_keeps_its_run_keys():
                 known |= {grid.key(replace(run, seed=seed)) for run in runs for seed in grid.seeds_of(method)}
     assert set(log) <= known
     assert bench.next_run(bench.BLOCKS, log) is None
+
+
+def test_a_select_gives_more_seeds_only_to_its_picks_in_their_order():
+    """Beyond their dev runs only the methods the pick names, once every choice of the setting is made."""
+    methods = [Method(name, "mnrl", ({"lr": 1}, {"lr": 2})) for name in ("a", "b", "c")]
+    grid = Grid(methods, ["s1"], [0, 1, 2], key=lambda r: f"{r.setting}/{r.method}/{r.config}/{r.seed}",
+                dev_score=lambda record: record["dev"], select={"s1": lambda scores: sorted(scores, key=scores.get, reverse=True)[:2]})
+    log = _log(grid, {Run("s1", m, c, 0): dev for m, devs in (("a", (70.0, 71.0)), ("b", (80.0, 60.0))) for c, dev in enumerate(devs)})
+    log.update(_log(grid, {Run("s1", "c", 0, 0): 75.0}))
+    assert grid.selected(log, "s1") is None and [(r.method, r.config) for r in grid.plan(log)] == [("c", 1)]
+    log.update(_log(grid, {Run("s1", "c", 1, 0): 74.0}))
+    assert grid.selected(log, "s1") == ["b", "c"]
+    assert [(r.method, r.config, r.seed) for r in grid.plan(log)] == [("b", 0, 1), ("b", 0, 2), ("c", 0, 1), ("c", 0, 2)]
+    assert [r.seed for r in grid.planned(log, "s1", grid.method("a"))] == [0, 0]  # its dev runs alone
+
+
+def test_a_following_setting_runs_the_followed_choices_at_every_seed_and_the_order_sorts():
+    methods = [Method(name, "mnrl", ({"lr": 1}, {"lr": 2})) for name in ("a", "b")]
+    grid = Grid(methods, ["s1", "s2"], [0, 1], key=lambda r: f"{r.setting}/{r.method}/{r.config}/{r.seed}",
+                dev_score=lambda record: record["dev"], follows={"s2": "s1"}, select={"s2": lambda scores: ["b", "a"]},
+                order=lambda run: (run.setting, run.seed))
+    log = _log(grid, {Run("s1", "a", 0, 0): 70.0, Run("s1", "a", 1, 0): 71.0, Run("s1", "b", 0, 0): 80.0})
+    assert grid.plan(log, settings=["s2"]) == []  # the followed choice of b is not made
+    log.update(_log(grid, {Run("s1", "b", 1, 0): 60.0}))
+    assert grid.chosen(log, "s2", grid.method("a")) == 1 and grid.dev_runs("s2", grid.method("a"), log) == []
+    assert [(r.method, r.config, r.seed) for r in grid.plan(log, settings=["s2"])] == [("b", 0, 0), ("a", 1, 0), ("b", 0, 1), ("a", 1, 1)]
+    only_b = replace(grid, select={"s2": lambda scores: ["b"]})
+    assert only_b.final_runs(log, "s2", only_b.method("a"), 1) == []  # not picked: no run, and no entry
+    assert only_b.entry(log, "s2", only_b.method("a"), test=lambda record: {"score": record["test"]}) is None
+    with pytest.raises(ValueError, match="follows"):
+        Grid(methods, ["s1", "s2", "s3"], [0], key=grid.key, dev_score=grid.dev_score, follows={"s2": "s1", "s3": "s2"})

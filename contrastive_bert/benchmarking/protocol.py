@@ -11,6 +11,10 @@ A benchmark on this protocol is its :class:`Method` list and its scoring functio
   chosen configuration then runs every seed for test. A method may **build on** another's choice
   (``builds_on``: e.g. its configurations at the learning rate CE chose), and run its other seeds
   only if its first seed says so (``more_seeds_if``);
+- a setting may **select** the methods that run beyond their dev runs (:attr:`Grid.select`: e.g.
+  more seeds for the best rows on dev only, judged from every method's dev choice), and **follow**
+  another setting (:attr:`Grid.follows`: no dev runs of its own, the other's choices at every seed);
+  :attr:`Grid.order` sorts the plan (e.g. configuration-major);
 - **paired differences** (:func:`paired_difference`): method A minus method B seed by seed;
 - **one result shape** (:meth:`Grid.results`): ``setting -> method -> entry`` with
 
@@ -32,7 +36,7 @@ this protocol keeps the keys of its run log and resumes it instead of redoing it
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from contrastive_bert.benchmarking.results import mean_std
@@ -133,7 +137,13 @@ class Grid:
 
     ``key(run)``: the run's key in the benchmark's run log (string or mapping); ``dev_score(record)``:
     the number the choice maximises; ``tie_break(method, config)``: compared on equal dev scores
-    (larger wins; e.g. ``-epochs`` for the cheaper run)."""
+    (larger wins; e.g. ``-epochs`` for the cheaper run).
+
+    ``follows``: setting -> the setting whose dev choices it takes (it runs no dev runs of its own;
+    the first seed is then no dev run); ``select``: setting -> ``pick(scores)``, which gets the dev
+    score of every method's choice there (method -> score, in method order; the followed setting's
+    for a following one) once all are made and returns the methods whose runs beyond their dev runs
+    run, in the order they run; ``order(run)``: the plan's sort key (ties keep its own order)."""
 
     methods: Sequence[Method]
     settings: Sequence[str]
@@ -141,10 +151,16 @@ class Grid:
     key: Callable[[Run], str | Mapping[str, Any]]
     dev_score: Callable[[dict], float]
     tie_break: Callable[[Method, Mapping[str, Any]], Any] | None = None
+    follows: Mapping[str, str] = field(default_factory=dict)
+    select: Mapping[str, Callable[[dict[str, float]], Sequence[str]]] = field(default_factory=dict)
+    order: Callable[[Run], Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.seeds:
             raise ValueError("seeds: expected at least one seed")
+        chained = {setting: source for setting, source in self.follows.items() if source in self.follows}
+        if chained:
+            raise ValueError(f"follows: a followed setting follows none itself, got {chained}")
         self.by_name = {method.name: method for method in self.methods}
 
     def method(self, name: str) -> Method:
@@ -176,7 +192,7 @@ class Grid:
         """The first-seed runs whose dev scores choose the configuration (none without a choice, or
         while the choice it builds on is not made in ``log``)."""
         inherited = self.inherited(log or {}, setting, method)
-        if not self.needs_choice(method) or inherited is None:
+        if not self.needs_choice(method) or inherited is None or setting in self.follows:
             return []
         phase = "dev" if method.separate_dev else "test"
         return [Run(setting, method.name, c, self.seeds_of(method)[0], phase, inherited=tuple(inherited.items()))
@@ -193,7 +209,10 @@ class Grid:
 
     def chosen(self, log: Log, setting: str, method: Method, partial: bool = False) -> int | None:
         """The configuration chosen on dev: None until every dev run is in (``partial``: among
-        those in); configuration 0 for a method without a choice; None while the choice it builds on is not made."""
+        those in); configuration 0 for a method without a choice; None while the choice it builds on is not made;
+        in a following setting, the followed one's."""
+        if setting in self.follows:
+            return self.chosen(log, self.follows[setting], method, partial)
         if self.inherited(log, setting, method) is None:
             return None
         if not self.needs_choice(method):
@@ -204,35 +223,73 @@ class Grid:
         tie_break = (lambda c: self.tie_break(method, method.configs[c])) if self.tie_break else None
         return choose_on_dev(scores, tie_break)
 
-    def final_runs(self, log: Log, setting: str, method: Method, config: int) -> list[Run]:
-        """The chosen configuration's test runs: every seed (the first one is its dev run unless
-        the method's ``separate_dev``); with ``more_seeds_if``, the first seed alone until its record
-        passes."""
+    def selected(self, log: Log, setting: str) -> list[str] | None:
+        """The methods whose runs beyond their dev runs run in ``setting``, in their order: every method
+        of the setting without a ``select``; else its pick, None until every choice it judges is made."""
+        if setting not in self.select:
+            return [method.name for method in self.methods if method.runs_in(setting)]
+        source = self.follows.get(setting, setting)
+        scores = {}
+        for method in self.methods:
+            if method.runs_in(source):
+                record = self._chosen_dev_record(log, source, method)
+                if record is None:
+                    return None
+                scores[method.name] = self.dev_score(record)
+        return list(self.select[setting](scores))
+
+    def _chosen_dev_record(self, log: Log, setting: str, method: Method) -> dict | None:
+        """The record whose dev score chose ``method``'s configuration (for a method without a choice,
+        its first seed's); None while the choice is not made or that run is missing."""
+        config = self.chosen(log, setting, method)
+        if config is None:
+            return None
+        if self.needs_choice(method):
+            return self._record(log, self.dev_runs(setting, method, log)[config])
+        inherited = self.inherited(log, setting, method) or {}
+        return self._record(log, Run(setting, method.name, config, self.seeds_of(method)[0], inherited=tuple(inherited.items())))
+
+    def _seed_runs(self, log: Log, setting: str, method: Method, config: int) -> list[Run]:
+        """Configuration ``config``'s test run at every seed of the method (none while the choice it builds on is not made)."""
         inherited = self.inherited(log, setting, method)
         if inherited is None:
             return []
         dev = self.dev_scores(log, setting, method).get(config) if method.separate_dev else None
-        runs = [Run(setting, method.name, config, seed, "test", dev, tuple(inherited.items())) for seed in self.seeds_of(method)]
-        if method.more_seeds_if is not None:
+        return [Run(setting, method.name, config, seed, "test", dev, tuple(inherited.items())) for seed in self.seeds_of(method)]
+
+    def final_runs(self, log: Log, setting: str, method: Method, config: int) -> list[Run]:
+        """The chosen configuration's test runs: every seed (the first one is its dev run unless
+        the method's ``separate_dev`` or the setting follows another); with ``more_seeds_if``, the
+        first seed alone until its record passes; in a setting with a ``select``, only that dev run
+        until the pick has the method."""
+        runs = self._seed_runs(log, setting, method, config)
+        if setting in self.select and method.name not in (self.selected(log, setting) or ()):
+            return runs[:1] if not method.separate_dev and setting not in self.follows else []
+        if method.more_seeds_if is not None and runs:
             first = self._record(log, runs[0])
             return runs if first is not None and method.more_seeds_if(first) else runs[:1]
         return runs
 
+    def planned(self, log: Log, setting: str, method: Method) -> list[Run]:
+        """Every run of ``method`` in ``setting`` that ``log`` has decided on, done or not: its dev
+        runs, then once all are in, the chosen configuration's seeds."""
+        config = self.chosen(log, setting, method)
+        runs = self.dev_runs(setting, method, log) + ([] if config is None else self.final_runs(log, setting, method, config))
+        return list(dict.fromkeys(runs))
+
     def plan(self, log: Log, methods: Iterable[str] | None = None, settings: Iterable[str] | None = None) -> list[Run]:
         """The runs not in ``log`` whose turn has come, in order: method by method (each in every
-        setting), its dev runs, then once all are in, the chosen configuration's seeds."""
-        todo = []
-        for name in methods if methods is not None else [m.name for m in self.methods]:
-            method = self.method(name)
-            for setting in settings if settings is not None else self.settings:
-                if not method.runs_in(setting):
-                    continue
-                runs = self.dev_runs(setting, method, log)
-                config = self.chosen(log, setting, method)
-                if config is not None:
-                    runs += self.final_runs(log, setting, method, config)
-                todo += [run for run in dict.fromkeys(runs) if self._record(log, run) is None]
-        return todo
+        setting), its :meth:`planned` runs; the methods a ``select`` picks (all their dev runs are
+        in) last, setting by setting, in the pick's order; then sorted by ``order``."""
+        names = list(methods) if methods is not None else [m.name for m in self.methods]
+        settings = list(settings) if settings is not None else list(self.settings)
+        picks = {setting: self.selected(log, setting) or [] for setting in settings if setting in self.select}
+        turns = [(setting, name) for name in names for setting in settings if name not in picks.get(setting, ())]
+        turns += [(setting, name) for setting, picked in picks.items() for name in picked if name in names]
+        runs = [run for setting, name in turns if self.method(name).runs_in(setting)
+                for run in self.planned(log, setting, self.method(name))]
+        todo = [run for run in dict.fromkeys(runs) if self._record(log, run) is None]
+        return sorted(todo, key=self.order) if self.order is not None else todo
 
     def entry(
         self,
@@ -258,7 +315,7 @@ class Grid:
             return None
         scores = self.dev_scores(log, setting, method)
         planned = self.final_runs(log, setting, method, config)
-        runs = [self._record(log, replace(planned[0], seed=seed)) for seed in self.seeds_of(method)]
+        runs = [self._record(log, run) for run in self._seed_runs(log, setting, method, config)]
         seeds = [r for r in runs if r is not None]
         if not seeds and not scores:
             return None
