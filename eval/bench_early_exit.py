@@ -180,9 +180,14 @@ def truncation_row(adaptive: dict, avg_layers: float, reference_accuracy: float 
     low, high = depths["neighbours"][0], depths["neighbours"][-1]
     weight = 0.0 if high == low else (avg_layers - low) / (high - low)
     mixed = (1 - weight) * accuracy[low] + weight * accuracy[high]
-    return {**depths, "full_depth_accuracy": accuracy[full_depth], "rows": rows,
-            "mixed_at_avg_layers": {"depths": [low, high], "share_at_deeper": round(weight, 3), "accuracy": round(mixed, 2),
-                                    "loss_vs_own_full": round(accuracy[full_depth] - mixed, 2)}}
+    mix: dict[str, Any] = {"depths": [low, high], "share_at_deeper": round(weight, 3), "accuracy": round(mixed, 2),
+                           "loss_vs_own_full": round(accuracy[full_depth] - mixed, 2)}
+    by_depth = {row["depth"]: row.get("speedup") for row in rows}
+    if by_depth.get(low) and by_depth.get(high):  # time per row mixes linearly, so speed-ups mix harmonically
+        mix["speedup"] = {size: {clock: round(1.0 / ((1 - weight) / by_depth[low][size][clock] + weight / by_depth[high][size][clock]), 3)
+                                 for clock in by_depth[low][size]}
+                          for size in by_depth[low] if size in by_depth[high]}
+    return {**depths, "full_depth_accuracy": accuracy[full_depth], "rows": rows, "mixed_at_avg_layers": mix}
 
 
 def reference_accuracy(acl_quality: dict, dataset: str) -> dict[str, Any] | None:
@@ -236,7 +241,7 @@ def dataset_table(name: str, stage1: dict, seeds: dict, truncation: dict | None,
         rows.append({"dataset": name, "row": f"AdaptiveLayerLoss model, depths {mixed['depths']} mixed to "
                      f"{truncation['avg_layers']} layers on average (interpolated)",
                      "test_accuracy": mixed["accuracy"], "accuracy_loss_vs_own_full": mixed["loss_vs_own_full"],
-                     "avg_layers": truncation["avg_layers"], "speedup": None})
+                     "avg_layers": truncation["avg_layers"], "speedup": mixed.get("speedup")})
         if adaptive is not None:
             rows.append({"dataset": name, "row": "AdaptiveLayerLoss model, all layers",
                          "test_accuracy": truncation["full_depth_accuracy"], "avg_layers": None, "speedup": None})

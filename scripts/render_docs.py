@@ -238,6 +238,37 @@ def table_early_exit_cost(results: Results) -> str:
     return benchmark_table(rows, per_key(costs, "{}", "batch {}"), EXIT_COST_LABELS, first="CPU ms per batch")
 
 
+def table_early_exit_best(results: Results) -> str:
+    """early_exit.json's ``table`` (issue 28): per data set the dev-chosen classifier in full, early
+    exit at each stage-2 seed's dev-chosen setting (mean ± std), its own exit at the average depth,
+    and the AdaptiveLayerLoss model cut to that depth (points lost: against its own full depth)."""
+    rows = {(row["dataset"], row["row"]): row for row in results["early_exit"]["table"]}
+    lost = Column("points lost", "", lambda row: fmt(row.get("accuracy_loss", row.get("accuracy_loss_vs_own_full"))))
+    speed = [Column(f"speed-up, batch {size} ({clock})", f"speedup.{size}.{key}", lambda v: f"{fmt(v)}x")
+             for size in (32, 1) for clock, key in (("CPU", "cpu"), ("wall", "wall"))]
+    columns = [Column("test accuracy", "test_accuracy"), lost, Column("avg. layers", "avg_layers"), *speed]
+    return benchmark_table(rows, columns, lambda key: key, first=["data set", "model"])
+
+
+def table_early_exit_batch1(results: Results, dataset: str) -> str:
+    """CPU ms per sentence of one batch-1 call, piece by piece (``batch1_profile`` of early_exit.json,
+    ``eval/profile_early_exit.py``): early exit at the first seed's dev choice against the full model."""
+    profile = results["early_exit"]["datasets"][dataset]["batch1_profile"]
+    pieces, full = profile["pieces_ms"], profile["full_pieces_ms"]
+    layers = sorted({int(k.split("_")[1]) for k in pieces if k.startswith(("layer_", "head_"))})
+    order = ["tokenise", "embed", "mask"] + [f"{kind}_{n}" for n in layers for kind in ("layer", "head")] + ["decision"]
+    rows = {name: {"early": pieces.get(name), "full": full.get(name)} for name in order if name in pieces}
+    rows["encoder layers 1-6 in one call"] = {"full": full.get("hf_forward_all_layers")}
+    rows["final label head"] = {"full": full.get("final_head")}
+    rows["the rest (Python around the pieces)"] = {"early": profile.get("other_ms"), "full": profile.get("full_other_ms")}
+    rows["whole call, uninstrumented"] = {"early": profile.get("early_exit_ms"), "full": profile.get("full_model_ms")}
+    columns = [Column(f"early exit ({profile['criterion']} {_threshold(profile['threshold'])}, {profile['avg_layers']:.2f} layers)",
+                      "early", ".3f"), Column("full model", "full", ".3f")]
+    names = {"tokenise": "tokenisation", "embed": "embeddings", "mask": "attention mask", "decision": "exit decisions"}
+    names.update({f"layer_{n}": f"encoder layer {n}" for n in layers} | {f"head_{n}": f"exit head on layer {n}" for n in layers})
+    return benchmark_table(rows, columns, names, first="CPU ms per sentence, batch 1")
+
+
 def _one_seed_mean(value: object) -> str:
     """``mean ± std``, or the mean alone for one seed (std 0)."""
     return fmt(value["mean"] if is_stat(value) and not value["std"] else value, ".1f")  # type: ignore[index]
