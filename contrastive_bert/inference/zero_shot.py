@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from contrastive_bert.embeddings import encode_normalized
 from contrastive_bert.heads.label_embedding import _check_label_names, _check_texts
 from contrastive_bert.models import unwrap_model
 
@@ -71,10 +71,9 @@ class ZeroShotClassifier:
         self.label_texts = [template.format(description) for description in descriptions]
         self.label_embeddings = self._encode(self.label_texts)  # (K, d), unit rows
 
-    @torch.no_grad()
     def _encode(self, texts: list[str]) -> torch.Tensor:
-        embeddings = self.model.encode(texts, batch_size=self.batch_size, convert_to_tensor=True)
-        return F.normalize(embeddings.float().cpu(), p=2, dim=-1)
+        """(n, d) unit rows, float32 on the CPU (the package's one encode helper)."""
+        return encode_normalized(self.model, texts, batch_size=self.batch_size)
 
     def similarities(self, texts: Iterable[str]) -> np.ndarray:
         """Cosine similarity (n, K) between texts and label embeddings."""
