@@ -442,6 +442,21 @@ def _row(plan: Grid, log: Mapping[str, dict], setting: str, method: Method) -> d
     }
 
 
+def dev_test_agreement(records: list[dict], close: float = 2.0) -> dict[str, Any] | None:
+    """How far the dev split's choices can be trusted: over the trained runs of one setting, the
+    Spearman correlation of dev and test nDCG@10, and, among the pairs of runs whose dev scores lie
+    within ``close`` points, the share that test orders the same way (0.5 = a coin)."""
+    from scipy.stats import spearmanr
+
+    scores = [(r["dev"]["ndcg_at_10"], r["test"]["ndcg_at_10"]) for r in records]
+    if len(scores) < 3:
+        return None
+    near = [(a, b) for i, a in enumerate(scores) for b in scores[i + 1:] if abs(a[0] - b[0]) < close and a[0] != b[0]]
+    alike = sum(1 for a, b in near if (a[0] - b[0]) * (a[1] - b[1]) > 0)
+    return {"runs": len(scores), "spearman": float(spearmanr([d for d, _ in scores], [t for _, t in scores]).statistic),
+            f"pairs_within_{close:g}_dev_points": len(near), "share_test_orders_alike": alike / len(near) if near else None}
+
+
 def summarize(records: list[dict], seeds: list[int]) -> dict:
     """``retrieval_quality.json``: per setting the untrained scores and, per method with runs, the
     dev-chosen configuration and its test mean/std over the seeds finished so far."""
@@ -465,6 +480,7 @@ def summarize(records: list[dict], seeds: list[int]) -> dict:
         out[setting] = {
             "verdict": verdict(methods, untrained, decisive, seeds),
             "queue_diagnosis": diagnosis,
+            "dev_test_agreement": dev_test_agreement([r for r in mine if r["method"] != "untrained"]),
             "untrained": {"dev": untrained["dev"], "test": untrained["test"], **untrained["general"]},
             "methods": methods,
             "decisive": decisive,

@@ -258,3 +258,12 @@ def test_main_trains_the_plan_in_order_and_appends_under_the_run_keys(bench, mon
     summary = json.loads(output.read_text(encoding="utf-8"))
     assert summary["scifact"]["decisive"] == ["mnrl_st_mined", "queue_corpus_mined", "mnrl_corpus_mined"]
     assert not summary["scifact"]["missing_runs"] and not summary["nfcorpus_cpu"]["missing_runs"]
+
+
+def test_dev_test_agreement_on_hand_made_runs(bench):
+    """Four runs: dev and test rank them alike but for the two closest on dev, which test swaps."""
+    runs = [{"dev": {"ndcg_at_10": d}, "test": {"ndcg_at_10": t}} for d, t in ((60.0, 61.0), (70.0, 72.0), (71.0, 71.5), (80.0, 79.0))]
+    out = bench.dev_test_agreement(runs)
+    # ranks dev 1 2 3 4, test 1 3 2 4: rho = 1 - 6 * 2 / (4 * 15) = 0.8; the one pair within 2 dev points (70, 71) swaps
+    assert out == {"runs": 4, "spearman": pytest.approx(0.8), "pairs_within_2_dev_points": 1, "share_test_orders_alike": 0.0}
+    assert bench.dev_test_agreement(runs[:2]) is None
