@@ -63,16 +63,8 @@ class CachedQueueInfoNCELoss(CachedLossMixin, nn.Module):
         **options: every option of :class:`QueueInfoNCELoss` (queue_size, temperature, ...).
 
     Inputs:
-        +-------------------------------------------------+--------------------------------------------+
-        | Texts                                           | Labels                                     |
-        +=================================================+============================================+
-        | (anchor, positive) pairs                        | none                                       |
-        +-------------------------------------------------+--------------------------------------------+
-        | (anchor, positive, negative_1, ..., negative_n) | none                                       |
-        +-------------------------------------------------+--------------------------------------------+
-        | (anchor, positive) pairs                        | integer class (with ``filter_same_label``) |
-        +-------------------------------------------------+--------------------------------------------+
-
+        Those of :class:`QueueInfoNCELoss`: (anchor, positive) pairs, (anchor, positive,
+        negative_1, ..., negative_n) rows, or labelled pairs (with ``filter_same_label``).
         Registered as ``cached_queue_infonce`` (data format ``pairs``).
 
     Recommendations:
