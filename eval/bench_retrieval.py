@@ -453,7 +453,8 @@ def dev_test_agreement(records: list[dict], close: float = 2.0) -> dict[str, Any
         return None
     near = [(a, b) for i, a in enumerate(scores) for b in scores[i + 1:] if abs(a[0] - b[0]) < close and a[0] != b[0]]
     alike = sum(1 for a, b in near if (a[0] - b[0]) * (a[1] - b[1]) > 0)
-    return {"runs": len(scores), "spearman": float(spearmanr([d for d, _ in scores], [t for _, t in scores]).statistic),
+    rho = float(spearmanr([d for d, _ in scores], [t for _, t in scores]).statistic)  # NaN when one side is constant
+    return {"runs": len(scores), "spearman": None if math.isnan(rho) else rho,
             f"pairs_within_{close:g}_dev_points": len(near), "share_test_orders_alike": alike / len(near) if near else None}
 
 

@@ -267,3 +267,5 @@ def test_dev_test_agreement_on_hand_made_runs(bench):
     # ranks dev 1 2 3 4, test 1 3 2 4: rho = 1 - 6 * 2 / (4 * 15) = 0.8; the one pair within 2 dev points (70, 71) swaps
     assert out == {"runs": 4, "spearman": pytest.approx(0.8), "pairs_within_2_dev_points": 1, "share_test_orders_alike": 0.0}
     assert bench.dev_test_agreement(runs[:2]) is None
+    constant = [{"dev": {"ndcg_at_10": d}, "test": {"ndcg_at_10": 50.0}} for d in (1.0, 2.0, 3.0)]
+    assert bench.dev_test_agreement(constant)["spearman"] is None  # no NaN in the results file
