@@ -15,7 +15,7 @@ from contrastive_bert.cli.arguments import add_verbosity_arguments
 from contrastive_bert.logging_setup import LOG_LEVELS, configure_logging  # noqa: F401 (re-exported)
 
 # Each name is a module ``contrastive_bert.cli.<name>`` exposing ``add_parser(subparsers)``.
-COMMANDS: tuple[str, ...] = ("train", "evaluate", "mine", "early_exit", "classify")
+COMMANDS: tuple[str, ...] = ("train", "evaluate", "mine", "search", "early_exit", "classify")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -38,7 +38,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def _read_texts(path: str) -> list[str]:
+def read_texts(path: str) -> list[str]:
+    """The non-blank lines of ``--input`` (a file, or ``-`` for stdin), stripped."""
     if path == "-":
         lines = sys.stdin.read().splitlines()
     else:
@@ -64,7 +65,7 @@ def run_classify(args: argparse.Namespace) -> int:
         labels = [name.strip() for name in args.labels.split(",") if name.strip()]
         if len(labels) < 2:
             raise ValueError(f"--labels: need at least 2 comma-separated label names, got {args.labels!r}")
-    texts = _read_texts(args.input)
+    texts = read_texts(args.input)
     model = load_model_with_head(args.model)
     if labels is None:
         head = find_label_head(model)

@@ -1,4 +1,4 @@
-"""Inference: zero-shot classification by label embeddings, early-exit classification.
+"""Inference: zero-shot classification by label embeddings, early-exit classification, corpus search.
 
 Names load lazily so that the CLI (which only needs a few constants to build its parser) starts
 without importing sentence-transformers.
@@ -10,6 +10,8 @@ from contrastive_bert.lazy import lazy_exports
 
 _LAZY = {
     "ZeroShotClassifier": "zero_shot",
+    "CorpusIndex": "corpus_index",
+    "SearchHit": "corpus_index",
     "EarlyExitClassifier": "early_exit",
     "ExitCriterion": "exit_criteria",
     "register_criterion": "exit_criteria",

@@ -1,0 +1,180 @@
+"""``contrastive-bert search``: a corpus's top-k documents for text queries, with any trained model.
+
+The corpus is a retrieval data set (``scifact``, a BEIR folder), a BEIR ``corpus.jsonl`` or a text
+file of one document per line (ids: line numbers from 1). ``--index DIR`` keeps the encoded corpus:
+the first search writes it, later ones load it (the expensive part, encoding every document, runs
+once) and refuse it when it was built by another model or from another corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from contrastive_bert.cli.arguments import (
+    add_batch_size_argument,
+    add_data_dir_argument,
+    add_device_argument,
+    add_model_argument,
+    add_output_argument,
+    add_overwrite_argument,
+    check_output,
+    positive_int,
+    replace_output,
+)
+
+OUTPUT_FILES = (".jsonl", ".trec")
+SNIPPET_CHARS = 100
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "search",
+        help="search a corpus with a model: each query's top-k documents",
+        description="Encode a corpus (a retrieval data set such as scifact, a BEIR folder, a corpus.jsonl or a "
+        ".txt file with one document per line) and print each query's --top-k documents by cosine, as the "
+        "retrieval scores were measured. --index DIR saves the encoded corpus on the first search and "
+        "loads it on the next ones.",
+    )
+    add_model_argument(parser)
+    parser.add_argument("--corpus", required=True, metavar="NAME_OR_PATH",
+                        help="retrieval data set name, BEIR folder, corpus.jsonl, or .txt file (one document per line)")
+    parser.add_argument("--query", action="append", default=[], metavar="TEXT", help="a query (repeat for several)")
+    parser.add_argument("--input", default=None, metavar="FILE", help="text file, one query per line ('-' for stdin)")
+    parser.add_argument("--top-k", type=positive_int, default=10, metavar="N", help="documents per query (default: 10)")
+    parser.add_argument("--index", default=None, metavar="DIR",
+                        help="folder of the encoded corpus: written when absent, loaded when present (same model and corpus)")
+    parser.add_argument("--backend", choices=("exact", "faiss"), default="exact",
+                        help="exact torch search (the scorer's) or a FAISS index (default: exact)")
+    parser.add_argument("--index-type", choices=("flat", "hnsw"), default="flat",
+                        help="FAISS index: flat (exact) or hnsw (approximate, for millions of documents) (default: flat)")
+    add_output_argument(parser, "also write the hits: .jsonl (one line per query) or .trec (a TREC run file)")
+    add_overwrite_argument(parser)
+    add_batch_size_argument(parser, default=64)
+    add_data_dir_argument(parser)
+    add_device_argument(parser)
+    parser.set_defaults(func=run_search)
+    return parser
+
+
+def _queries(args: argparse.Namespace) -> list[str]:
+    from contrastive_bert.cli.classify import read_texts
+
+    queries = [q.strip() for q in args.query if q.strip()]
+    if args.input is not None:
+        queries += read_texts(args.input)
+    if not queries:
+        raise ValueError("--query / --input: give at least one query (--query TEXT, or --input FILE with one per line)")
+    return queries
+
+
+def _check_args(args: argparse.Namespace) -> Path | None:
+    output = check_output(args.output, args.overwrite)
+    if output is not None and output.suffix.lower() not in OUTPUT_FILES:
+        raise ValueError(f"--output: expected a {' or '.join(OUTPUT_FILES)} file, got {args.output}")
+    if args.index_type == "hnsw" and args.backend != "faiss":
+        raise ValueError("--index-type: hnsw needs --backend faiss")
+    if args.index is not None and Path(args.index).expanduser().is_file():
+        raise ValueError(f"--index: {args.index} is a file; expected a folder")
+    return output
+
+
+def load_corpus(name_or_path: str, data_dir: str | None) -> dict[str, str]:
+    """``{document id: text}`` of a retrieval data set, a BEIR folder, a ``corpus.jsonl`` file or a
+    ``.txt`` file (one document per line; ids are line numbers from 1, blank lines skipped)."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir() and (path / "corpus.jsonl").is_file():  # a BEIR folder, judgements or not
+        path = path / "corpus.jsonl"
+    if path.is_file():
+        from contrastive_bert.data.beir import document_text, read_corpus
+
+        if path.suffix.lower() == ".txt":
+            lines = path.read_text(encoding="utf-8").splitlines()
+            corpus = {str(number): line.strip() for number, line in enumerate(lines, start=1) if line.strip()}
+        elif path.suffix.lower() == ".jsonl":
+            try:
+                columns = read_corpus(path)
+            except KeyError as missing:
+                raise ValueError(f"--corpus: {path} is not a BEIR corpus.jsonl: a line has no {missing} field") from None
+            corpus = {i: document_text(t, x) for i, t, x in zip(columns["id"], columns["title"], columns["text"])}
+        else:
+            raise ValueError(f"--corpus: expected a retrieval data set name, a BEIR folder, a corpus.jsonl or a .txt file, got {path}")
+        if not corpus:
+            raise ValueError(f"--corpus: {path} holds no documents")
+        return corpus
+    from contrastive_bert.data import load_dataset, resolve_dataset_argument
+    from contrastive_bert.data.beir import CORPUS, document_text
+
+    if path.suffix.lower() in (".txt", ".jsonl"):
+        raise ValueError(f"--corpus: file {path} does not exist")
+    try:
+        spec = resolve_dataset_argument(name_or_path)
+    except ValueError as error:
+        raise ValueError(f"--corpus: {str(error).removeprefix('dataset: ')}") from None
+    if spec.task_type != "retrieval":
+        raise ValueError(f"--corpus: {name_or_path!r} is a {spec.task_type} data set; expected a retrieval one "
+                         "(scifact, nfcorpus, a BEIR folder), a corpus.jsonl or a .txt file")
+    documents = load_dataset(spec, split=CORPUS, data_dir=data_dir)
+    return {i: document_text(t, x) for i, t, x in zip(documents["id"], documents["title"], documents["text"])}
+
+
+def _index(args: argparse.Namespace, model, corpus: dict[str, str]):
+    """The corpus index: loaded from ``--index`` when it holds one for this model and corpus, else
+    built (and saved there)."""
+    import logging
+
+    from contrastive_bert.inference.corpus_index import CorpusIndex, corpus_fingerprint
+
+    folder = Path(args.index).expanduser() if args.index is not None else None
+    if folder is not None and folder.exists() and not args.overwrite:
+        meta = CorpusIndex.read_meta(folder)
+        if meta["fingerprint"] != corpus_fingerprint(list(corpus), list(corpus.values())):
+            raise ValueError(f"--index: {folder} holds another corpus ({meta['documents']} documents) than --corpus "
+                             f"{args.corpus} ({len(corpus)}); pass --overwrite to rebuild it or choose another folder")
+        index = CorpusIndex.load(folder, model, backend=args.backend, index_type=args.index_type)
+        print(f"loaded the index of {len(index)} documents from {folder}")
+        return index
+    verbose = logging.getLogger(__name__).isEnabledFor(logging.INFO)
+    index = CorpusIndex.build(model, corpus, batch_size=args.batch_size, show_progress_bar=verbose,
+                              backend=args.backend, index_type=args.index_type)
+    if folder is not None:
+        index.save(replace_output(folder), overwrite=True, model_name=args.model)
+        print(f"encoded {len(index)} documents; index saved to {folder}")
+    return index
+
+
+def _write(output: Path, queries: list[str], hits, texts: dict[str, str]) -> None:
+    with open(replace_output(output), "w", encoding="utf-8") as handle:
+        for number, (query, found) in enumerate(zip(queries, hits), start=1):
+            if output.suffix.lower() == ".trec":  # qid Q0 docid rank score run
+                handle.writelines(f"{number} Q0 {hit.id} {hit.rank} {hit.score:.6f} contrastive_bert\n" for hit in found)
+            else:
+                record = {"query_id": str(number), "query": query,
+                          "hits": [{"id": hit.id, "score": hit.score, "rank": hit.rank, "text": texts[hit.id]} for hit in found]}
+                handle.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
+
+
+def run_search(args: argparse.Namespace) -> int:
+    """Handler of ``contrastive-bert search``: prints each query's hits (rank, cosine, id, text)."""
+    from contrastive_bert.models import check_device, check_model_name, load_model
+
+    output = _check_args(args)
+    queries = _queries(args)
+    check_model_name(args.model)
+    check_device(args.device)
+    corpus = load_corpus(args.corpus, args.data_dir)
+    model = load_model(args.model, device=args.device)
+    index = _index(args, model, corpus)
+    hits = index.search(queries, top_k=args.top_k, batch_size=args.batch_size)
+    for query, found in zip(queries, hits):
+        print(f"\nquery: {query}")
+        for hit in found:
+            text = " ".join(corpus[hit.id].split())
+            snippet = text if len(text) <= SNIPPET_CHARS else text[: SNIPPET_CHARS - 3] + "..."
+            print(f"{hit.rank:4d}  {hit.score:.4f}  {hit.id}  {snippet}")
+    if output is not None:
+        _write(output, queries, hits, corpus)
+        print(f"\nhits written to {output}")
+    return 0
