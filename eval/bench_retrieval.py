@@ -26,7 +26,7 @@ MNRL and under the queue, and the cached queue at batch 128.
 
 Resumable: each finished run is appended to ``retrieval_quality_runs.jsonl`` and skipped on
 restart; ``retrieval_quality.json`` (+ ``retrieval_quality.png``) is rebuilt after every run, so
-partial results are valid. The plan (configurations on dev at seed 0, the other seeds for the
+partial results are valid. Mined training rows are kept on disk (``--rows-cache``) and mined once. The plan (configurations on dev at seed 0, the other seeds for the
 decisive rows, NFCorpus CPU on SciFact's choices) is the shared protocol's
 (:mod:`contrastive_bert.benchmarking.protocol`, :func:`grid`): runs go configuration by configuration
 at seed 0, then the seeds of the dev-chosen ones, SciFact before NFCorpus (:func:`run_order`).
@@ -38,6 +38,7 @@ at seed 0, then the seeds of the dev-chosen ones, SciFact before NFCorpus (:func
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import math
@@ -66,7 +67,7 @@ from contrastive_bert.data.beir import RetrievalData
 from contrastive_bert.data.training_pairs import retrieval_pairs
 from contrastive_bert.evaluation.beir_evaluation import evaluate_retrieval_splits
 from contrastive_bert.inference.general_ability import general_ability
-from contrastive_bert.models import load_model
+from contrastive_bert.models import load_model, resolve_model_name
 from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
 from contrastive_bert.training.corpus_refresh import CorpusNegativeRefresh
 from contrastive_bert.training.queue_probe import QueueNegativeProbe, text_ids
@@ -77,6 +78,7 @@ EPOCHS = 3
 BATCH_SIZE = 32
 CACHED_BATCH_SIZE = 128
 MAX_SEQ_LENGTH = 256
+ROWS_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "contrastive_bert" / "bench_retrieval_rows"
 
 
 @dataclass(frozen=True)
@@ -245,10 +247,19 @@ class Context:
         return self.data[name]
 
     def train_rows(self, setting: str, kind: str, miner: dict[str, Any] | None = None):
-        """The training rows (the same for every seed; the trainer shuffles them by its seed) and
-        the seconds it took to make them (mining included; 0 when cached in this process)."""
+        """The training rows (the same for every seed; the trainer shuffles them by its seed), the
+        seconds it took to make them (mining included; 0 when made earlier in this process) and
+        whether they came from the rows cache (then the seconds are the first mining's)."""
         key = (setting, kind, json.dumps(miner or {}, sort_keys=True))
         if key not in self.rows:
+            cache = rows_cache_folder(self.args.rows_cache, setting, kind, miner, self.args.dry_run)
+            if cache is not None and (cache / ROWS_META).is_file():
+                import datasets
+
+                meta = json.loads((cache / ROWS_META).read_text())
+                self.rows[key] = (datasets.load_from_disk(str(cache)), meta["seconds"], True)
+                logger.info("%s rows of %s from the rows cache %s (mined once in %.0f s)", kind, setting, cache, meta["seconds"])
+                return self.rows[key]
             start = time.perf_counter()
             data = self.retrieval(setting)
             positives = PROTOCOLS[setting].max_positives
@@ -263,8 +274,40 @@ class Context:
                 rows = mine_corpus_negatives(model, data, "train", num_negatives=1, max_positives_per_query=positives, **CORPUS_MINER)
             else:
                 raise ValueError(f"rows: unknown training rows {kind!r}")
-            self.rows[key] = (rows, time.perf_counter() - start)
+            seconds = time.perf_counter() - start
+            if cache is not None:
+                rows.save_to_disk(str(cache))
+                (cache / ROWS_META).write_text(json.dumps({"seconds": seconds, "threads": torch.get_num_threads()}) + "\n")
+            self.rows[key] = (rows, seconds, False)
         return self.rows[key]
+
+
+ROWS_META = "bench_rows.json"
+
+
+def rows_cache_folder(root: str | None, setting: str, kind: str, miner: dict[str, Any] | None, dry_run: bool) -> Path | None:
+    """Where mined training rows are kept between runs (None: pair rows, which cost nothing, or no
+    cache). The rows depend only on the data, the frozen base model and the miner settings, so
+    every run (and every ``--max-runs 1`` process of a loop) mines once; the folder name hashes
+    everything they depend on: the base model's files ($CONTRASTIVE_BERT_DEFAULT_MODEL may swap it) and the
+    versions of both miners included."""
+    if root is None or kind == "pairs":
+        return None
+    from importlib.metadata import version
+
+    identity = {"setting": setting, "data": PROTOCOLS[setting].data, "max_positives": PROTOCOLS[setting].max_positives,
+                "kind": kind, "miner": miner or {}, "corpus_miner": CORPUS_MINER if kind == "corpus_mined" else None,
+                "max_seq_length": MAX_SEQ_LENGTH, "dry_run": bool(dry_run),
+                "model": _base_model_files(), "versions": {name: version(name) for name in ("sentence-transformers", "contrastive-bert")}}
+    digest = hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+    return Path(root).expanduser() / f"{setting}-{kind}-{digest}"
+
+
+def _base_model_files() -> dict[str, Any]:
+    """The base model's folder and its files' sizes: what tells one base model from another."""
+    folder = Path(resolve_model_name("default"))
+    return {"folder": str(folder), "files": sorted((str(p.relative_to(folder)), p.stat().st_size)
+                                                    for p in folder.rglob("*") if p.is_file())}
 
 
 def _base_model(device: str):
@@ -330,7 +373,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     config = dict(method.configs[config_index])
     learning_rate = config.pop("learning_rate")
     miner = config.pop("miner", None)
-    rows, rows_seconds = ctx.train_rows(setting, method.rows, miner)
+    rows, rows_seconds, rows_cached = ctx.train_rows(setting, method.rows, miner)
     torch.manual_seed(seed)
     model = _base_model(args.device)
     recipe = TrainingRecipe(
@@ -364,7 +407,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     return {
         "setting": setting, "method": name, "config": config_index, "seed": seed, "learning_rate": learning_rate,
         "options": config, "miner": miner, "steps": trainer.state.global_step, "train_rows": len(rows), "train_seconds": seconds,
-        "rows_seconds": rows_seconds, "peak_rss_mb": peak_mb, "load_average_15min": load,
+        "rows_seconds": rows_seconds, "rows_cached": rows_cached, "peak_rss_mb": peak_mb, "load_average_15min": load,
         "torch_threads": torch.get_num_threads(),  # seconds compare only at equal threads and load
         "queue_probe": None if probe is None else probe.summary(),
         "refreshes": None if refresh is None else refresh.history,
@@ -453,7 +496,10 @@ def dev_test_agreement(records: list[dict], close: float = 2.0) -> dict[str, Any
         return None
     near = [(a, b) for i, a in enumerate(scores) for b in scores[i + 1:] if abs(a[0] - b[0]) < close and a[0] != b[0]]
     alike = sum(1 for a, b in near if (a[0] - b[0]) * (a[1] - b[1]) > 0)
-    rho = float(spearmanr([d for d, _ in scores], [t for _, t in scores]).statistic)  # NaN when one side is constant
+    if len({d for d, _ in scores}) == 1 or len({t for _, t in scores}) == 1:
+        rho = math.nan  # undefined when one side is constant (scipy would warn and say NaN)
+    else:
+        rho = float(spearmanr([d for d, _ in scores], [t for _, t in scores]).statistic)
     return {"runs": len(scores), "spearman": None if math.isnan(rho) else rho,
             f"pairs_within_{close:g}_dev_points": len(near), "share_test_orders_alike": alike / len(near) if near else None}
 
@@ -528,6 +574,8 @@ def main(argv: list[str] | None = None) -> int:
                          seeds=[0, 1, 2], methods=list(METHODS))
     parser.add_argument("--max-runs", type=int, default=None,
                         help="stop after this many trained runs (a shell loop of --max-runs 1 picks up code changes between runs)")
+    parser.add_argument("--rows-cache", default=str(ROWS_CACHE), type=lambda text: None if text == "none" else text, metavar="DIR",
+                        help=f"keep mined training rows here between runs ('none': mine in every run) (default: {ROWS_CACHE})")
     parser.add_argument("--settings", default="scifact,nfcorpus_cpu",
                         help=f"comma-separated settings among {', '.join(SETTINGS)} (default: scifact,nfcorpus_cpu)")
     args = parser.parse_args(argv)

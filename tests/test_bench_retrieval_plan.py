@@ -269,3 +269,38 @@ def test_dev_test_agreement_on_hand_made_runs(bench):
     assert bench.dev_test_agreement(runs[:2]) is None
     constant = [{"dev": {"ndcg_at_10": d}, "test": {"ndcg_at_10": 50.0}} for d in (1.0, 2.0, 3.0)]
     assert bench.dev_test_agreement(constant)["spearman"] is None  # no NaN in the results file
+
+
+def test_mined_rows_are_mined_once_across_processes(bench, monkeypatch, tmp_path):
+    """The rows cache: a second process (a new Context) reads the mined rows back, with the first
+    mining's seconds, instead of mining again; other miner settings, dry runs and pair rows never
+    share a cache entry."""
+    import argparse
+
+    import datasets
+
+    import contrastive_bert.corpus_mining
+
+    calls = []
+
+    def mine(model, data, split, **options):
+        calls.append(options)
+        return datasets.Dataset.from_dict({"anchor": ["q1", "q2"], "positive": ["d1", "d2"], "negative": ["d9", "d8"]})
+
+    monkeypatch.setattr(contrastive_bert.corpus_mining, "mine_corpus_negatives", mine)
+    monkeypatch.setattr(bench, "_base_model", lambda device: None)
+    args = argparse.Namespace(rows_cache=str(tmp_path / "cache"), dry_run=False, device="cpu", data_dir=None)
+    first = bench.Context(args, data={"scifact": None})
+    rows, seconds, cached = first.train_rows("scifact", "corpus_mined")
+    assert len(calls) == 1 and not cached and rows["negative"] == ["d9", "d8"]
+    assert first.train_rows("scifact", "corpus_mined") == (rows, seconds, False)  # this process: kept in memory
+    again, again_seconds, cached = bench.Context(args, data={"scifact": None}).train_rows("scifact", "corpus_mined")
+    assert len(calls) == 1 and cached and again_seconds == seconds and again.to_dict() == rows.to_dict()
+    folder = lambda **changes: bench.rows_cache_folder(**{"root": args.rows_cache, "setting": "scifact",  # noqa: E731
+                                                          "kind": "corpus_mined", "miner": None, "dry_run": False, **changes})
+    assert folder().is_dir()
+    assert len({folder(), folder(dry_run=True), folder(kind="st_mined"), folder(kind="st_mined", miner={"range_max": 50}),
+                folder(setting="nfcorpus_cpu")}) == 5
+    assert folder(kind="pairs") is None and folder(root=None) is None
+    no_cache = argparse.Namespace(**{**vars(args), "rows_cache": None})
+    assert bench.Context(no_cache, data={"scifact": None}).train_rows("scifact", "corpus_mined")[2] is False and len(calls) == 2
