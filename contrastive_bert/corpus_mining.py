@@ -95,13 +95,13 @@ def mine_corpus_negatives(
     doc_index = {doc: i for i, doc in enumerate(doc_ids)}
     if corpus_embeddings is None:
         logger.info("mine: encoding the %d documents of the corpus", len(doc_ids))
-        corpus_embeddings = encode_normalized(model, [data.corpus[d] for d in doc_ids], batch_size=batch_size,
+        corpus_embeddings = encode_normalized(model, [data.corpus[d] for d in doc_ids], kind="document", batch_size=batch_size,
                                               show_progress_bar=show_progress_bar)
     elif corpus_embeddings.shape[0] != len(doc_ids):
         raise ValueError(f"corpus_embeddings: expected {len(doc_ids)} rows (one per document), got {corpus_embeddings.shape[0]}")
     query_ids = sorted(qrels)
     logger.info("mine: encoding the %d %s queries", len(query_ids), split)
-    query_embeddings = encode_normalized(model, [data.queries[q] for q in query_ids], batch_size=batch_size,
+    query_embeddings = encode_normalized(model, [data.queries[q] for q in query_ids], kind="query", batch_size=batch_size,
                                          show_progress_bar=show_progress_bar)
     excluded = {q: data.relevant(q) for q in query_ids}
     pool = min(len(doc_ids), range_max + max(len(e) for e in excluded.values()))

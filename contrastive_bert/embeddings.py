@@ -9,12 +9,38 @@ candidates (STS, classification, answer selection) encode each distinct text onc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Literal
 
 import torch
 
-__all__ = ["encode_normalized"]
+__all__ = ["encode_normalized", "reuse_encodings"]
+
+_MEMO: ContextVar[dict | None] = ContextVar("encode_memo", default=None)
+
+
+@contextmanager
+def reuse_encodings() -> Iterator[None]:
+    """Inside the block, :func:`encode_normalized` encodes the same texts with the same model, kind
+    and batch size once. For work that encodes one corpus twice with a model that does not change
+    in between: training mines hard negatives with the model it then scores before training (the
+    corpus is the expensive part: thousands of documents up to 256 tokens). The caller promises
+    that the model's weights do not change inside the block."""
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
+
+
+def _memo_key(model, texts: list[str], kind: str, unique: bool, batch_size: int) -> tuple:
+    digest = hashlib.sha1()
+    for text in texts:
+        digest.update(text.encode("utf-8") + b"\x00")
+    return id(model), kind, unique, batch_size, len(texts), digest.hexdigest()
 
 
 def encode_normalized(
@@ -41,6 +67,16 @@ def encode_normalized(
         raise ValueError(f"kind: expected 'text', 'query' or 'document', got {kind!r}")
     encode = model.encode if kind == "text" else getattr(model, f"encode_{kind}")
     texts = list(texts)
+    memo = _MEMO.get()
+    if memo is not None:
+        key = _memo_key(model, texts, kind, unique, batch_size)
+        if key not in memo:
+            memo[key] = _encode(encode, texts, unique, batch_size, show_progress_bar)
+        return memo[key].clone()
+    return _encode(encode, texts, unique, batch_size, show_progress_bar)
+
+
+def _encode(encode, texts: list[str], unique: bool, batch_size: int, show_progress_bar: bool) -> torch.Tensor:
     distinct = list(dict.fromkeys(texts)) if unique else texts
     embeddings = encode(distinct, batch_size=batch_size, convert_to_tensor=True, normalize_embeddings=True,
                         show_progress_bar=show_progress_bar)

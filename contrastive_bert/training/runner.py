@@ -275,6 +275,7 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
     from contrastive_bert.models import load_model
     from contrastive_bert.training.model_card import note_custom_modules
     from contrastive_bert.training.task_evaluator import TaskEvaluator
+    from contrastive_bert.embeddings import reuse_encodings
     from contrastive_bert.training.train_data import RunData, build_train_dataset
 
     output_dir = Path(recipe.output_dir)
@@ -295,25 +296,26 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
     elif getattr(model, "max_seq_length", None) is not None:  # the model's full length, recorded as a number
         recipe = dataclasses.replace(recipe, max_seq_length=int(model.max_seq_length))
     callbacks = list(callbacks or [])
-    if recipe.corpus_negatives is not None:  # mined by the model about to be trained (and refreshed: ANCE)
-        from contrastive_bert.training.corpus_negatives import CorpusNegatives, mine_training_rows
+    with reuse_encodings():  # the model is untouched until training: mining and the before-scores share one corpus encoding
+        if recipe.corpus_negatives is not None:  # mined by the model about to be trained (and refreshed: ANCE)
+            from contrastive_bert.training.corpus_negatives import CorpusNegatives, mine_training_rows
 
-        train_dataset, refresh, mining = mine_training_rows(
-            model, recipe.datasets, CorpusNegatives.from_field(recipe.corpus_negatives), run_data.__getitem__,
-            seed=recipe.seed, max_samples=recipe.max_train_samples)
-        callbacks += refresh
-        check_enough_rows(train_dataset, recipe)
+            train_dataset, refresh, mining = mine_training_rows(
+                model, recipe.datasets, CorpusNegatives.from_field(recipe.corpus_negatives), run_data.__getitem__,
+                seed=recipe.seed, max_samples=recipe.max_train_samples)
+            callbacks += refresh
+            check_enough_rows(train_dataset, recipe)
 
-    if recipe.overwrite:  # only now that data and model have loaded
-        clear_run(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    write_json(output_dir / RECIPE_FILE, recipe.recorded())
-    before_file = output_dir / SCORES_BEFORE_FILE
-    if checkpoint and before_file.is_file():
-        before = json.loads(before_file.read_text())
-    else:
-        before = evaluate_recipe_tasks(model, recipe, eval_data)
-        write_json(before_file, before)
+        if recipe.overwrite:  # only now that data and model have loaded
+            clear_run(output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        write_json(output_dir / RECIPE_FILE, recipe.recorded())
+        before_file = output_dir / SCORES_BEFORE_FILE
+        if checkpoint and before_file.is_file():
+            before = json.loads(before_file.read_text())
+        else:
+            before = evaluate_recipe_tasks(model, recipe, eval_data)
+            write_json(before_file, before)
 
     loss = entry.build(model, train_dataset, recipe)
     start = time.perf_counter()
