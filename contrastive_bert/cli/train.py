@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import sys
 import typing
 from pathlib import Path
@@ -283,7 +284,24 @@ def run_train(args: argparse.Namespace) -> int:
     else:
         print("no before/after scores (no --eval-tasks, or --max-eval-samples 0)")
     print(f"model saved to {outcome.output_dir}/final; scores in {outcome.output_dir}/results.json")
+    corpus = _retrieval_dataset(recipe.datasets)
+    if corpus is not None:
+        print(f"search with it: contrastive-bert search --model {outcome.output_dir}/final --corpus {shlex.quote(corpus)} "
+              f"--index {outcome.output_dir}/index --query 'your question'")
     return 0
+
+
+def _retrieval_dataset(datasets: list[str]) -> str | None:
+    """The first retrieval data set trained on (a name or a BEIR folder), for the next command."""
+    from contrastive_bert.data import resolve_dataset_argument
+
+    for name in datasets:
+        try:
+            if resolve_dataset_argument(name).task_type == "retrieval":
+                return name
+        except ValueError:
+            continue
+    return None
 
 
 def _length(recipe) -> str:

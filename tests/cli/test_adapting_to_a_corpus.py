@@ -38,7 +38,10 @@ def test_a_registry_retrieval_set_is_its_own_dev_and_eval_task(tmp_path, shared_
     assert recorded["dev_task"] == "scifact" and recorded["eval_tasks"] == ["scifact"]
     assert recorded["max_seq_length"] == TINY_MAX_SEQ_LENGTH  # the model's own limit, not STS-B's 128
     assert recorded["output_dir"] == "output/scifact-mnrl"
-    assert "model saved to output/scifact-mnrl/final" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "model saved to output/scifact-mnrl/final" in out
+    assert ("search with it: contrastive-bert search --model output/scifact-mnrl/final --corpus scifact "
+            "--index output/scifact-mnrl/index --query 'your question'") in out
 
 
 def test_a_beir_folder_is_its_own_dev_and_eval_task(tmp_path, tiny_loader, monkeypatch, capsys):
