@@ -42,7 +42,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--corpus", required=True, metavar="NAME_OR_PATH",
                         help="retrieval data set name, BEIR folder, corpus.jsonl, or .txt file (one document per line)")
     parser.add_argument("--query", action="append", default=[], metavar="TEXT", help="a query (repeat for several)")
-    parser.add_argument("--input", default=None, metavar="FILE", help="text file, one query per line ('-' for stdin)")
+    parser.add_argument("--input", default=None, metavar="FILE",
+                        help="text file, one query per line ('-' for stdin), or a BEIR queries.jsonl (its ids name the queries)")
     parser.add_argument("--top-k", type=positive_int, default=10, metavar="N", help="documents per query (default: 10)")
     parser.add_argument("--index", default=None, metavar="DIR",
                         help="folder of the encoded corpus: written when absent, loaded when present (same model and corpus)")
@@ -59,12 +60,31 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _queries(args: argparse.Namespace) -> list[str]:
+def _queries(args: argparse.Namespace) -> dict[str, str]:
+    """``{query id: text}``: ``--query`` texts and ``--input`` lines numbered from 1 in order, or the
+    ids of a BEIR ``queries.jsonl`` given as ``--input`` (so a TREC run matches its qrels)."""
     from contrastive_bert.cli.classify import read_texts
 
-    queries = [q.strip() for q in args.query if q.strip()]
-    if args.input is not None:
-        queries += read_texts(args.input)
+    texts = [q.strip() for q in args.query if q.strip()]
+    given: dict[str, str] = {}
+    if args.input is not None and args.input.lower().endswith(".jsonl"):
+        from contrastive_bert.data.beir import read_queries
+
+        if not Path(args.input).is_file():
+            raise ValueError(f"--input: file {args.input} does not exist")
+        try:
+            columns = read_queries(Path(args.input))
+        except KeyError as missing:
+            raise ValueError(f"--input: {args.input} is not a BEIR queries.jsonl: a line has no {missing} field") from None
+        given = dict(zip(columns["id"], columns["text"]))
+    elif args.input is not None:
+        texts += read_texts(args.input)
+    queries = {str(number): text for number, text in enumerate(texts, start=1)}
+    clash = sorted(set(queries) & set(given))
+    if clash:
+        raise ValueError(f"--query / --input: query id {clash[0]!r} is both a --query number and an id in {args.input}; "
+                         "give the queries one way")
+    queries.update(given)
     if not queries:
         raise ValueError("--query / --input: give at least one query (--query TEXT, or --input FILE with one per line)")
     return queries
@@ -145,13 +165,13 @@ def _index(args: argparse.Namespace, model, corpus: dict[str, str]):
     return index
 
 
-def _write(output: Path, queries: list[str], hits, texts: dict[str, str]) -> None:
+def _write(output: Path, queries: dict[str, str], hits, texts: dict[str, str]) -> None:
     with open(replace_output(output), "w", encoding="utf-8") as handle:
-        for number, (query, found) in enumerate(zip(queries, hits), start=1):
+        for (query_id, query), found in zip(queries.items(), hits):
             if output.suffix.lower() == ".trec":  # qid Q0 docid rank score run
-                handle.writelines(f"{number} Q0 {hit.id} {hit.rank} {hit.score:.6f} contrastive_bert\n" for hit in found)
+                handle.writelines(f"{query_id} Q0 {hit.id} {hit.rank} {hit.score:.6f} contrastive_bert\n" for hit in found)
             else:
-                record = {"query_id": str(number), "query": query,
+                record = {"query_id": query_id, "query": query,
                           "hits": [{"id": hit.id, "score": hit.score, "rank": hit.rank, "text": texts[hit.id]} for hit in found]}
                 handle.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
 
@@ -167,8 +187,8 @@ def run_search(args: argparse.Namespace) -> int:
     corpus = load_corpus(args.corpus, args.data_dir)
     model = load_model(args.model, device=args.device)
     index = _index(args, model, corpus)
-    hits = index.search(queries, top_k=args.top_k, batch_size=args.batch_size)
-    for query, found in zip(queries, hits):
+    hits = index.search(list(queries.values()), top_k=args.top_k, batch_size=args.batch_size)
+    for query, found in zip(queries.values(), hits):
         print(f"\nquery: {query}")
         for hit in found:
             text = " ".join(corpus[hit.id].split())

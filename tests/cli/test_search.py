@@ -41,6 +41,15 @@ def test_search_a_beir_folder_writes_jsonl_and_trec(tmp_path, tiny_loader, capsy
     assert all(row[5] == "contrastive_bert" for row in rows) and len(rows) == 6
 
 
+def test_beir_queries_keep_their_ids_in_the_trec_run(tmp_path, tiny_loader, capsys):
+    """A BEIR queries.jsonl as --input: the run file names its queries by their ids, as its qrels do."""
+    folder = make_beir_folder(tmp_path / "beir")
+    trec = tmp_path / "run.trec"
+    assert main(["search", "--model", "tiny", "--corpus", str(folder), "--input", str(folder / "queries.jsonl"),
+                 "--top-k", "2", "--output", str(trec)]) == 0
+    assert [line.split()[0] for line in trec.read_text().splitlines()] == [f"q{i // 2}" for i in range(16)]
+
+
 def test_a_text_file_corpus_has_line_number_ids_and_queries_from_input(tmp_path, tiny_loader, capsys):
     corpus = tmp_path / "docs.txt"
     corpus.write_text("the cat sat\n\nthe dog ran\nstars at night\n")
@@ -82,6 +91,7 @@ def test_search_a_registry_retrieval_set(shared_data, tiny_loader, capsys):
     (["--query", "x", "--corpus", "stsb"], "--corpus: 'stsb' is a pair-score data set; expected a retrieval one"),
     (["--query", "x", "--corpus", "missing.txt"], "--corpus: file missing.txt does not exist"),
     (["--query", "x", "--corpus", "scifcat"], "--corpus: unknown data set 'scifcat'; known: "),
+    (["--input", "missing.jsonl"], "--input: file missing.jsonl does not exist"),
 ])
 def test_bad_input_is_refused_before_the_model_loads(tmp_path, tiny_loader, capsys, monkeypatch, extra, message):
     monkeypatch.chdir(tmp_path)
