@@ -38,7 +38,6 @@ at seed 0, then the seeds of the dev-chosen ones, SciFact before NFCorpus (:func
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import math
@@ -62,6 +61,7 @@ from contrastive_bert.benchmarking import (
     write_results,
 )
 from contrastive_bert.benchmarking.protocol import Grid, Method, Run, paired_difference
+from contrastive_bert.benchmarking.rows_cache import RowsCache
 from contrastive_bert.data import load_dataset
 from contrastive_bert.data.beir import RetrievalData
 from contrastive_bert.data.training_pairs import retrieval_pairs
@@ -92,12 +92,13 @@ class Protocol:
     max_positives: int = 4
     follows: str | None = None
     note: str = ""
+    dev_queries: int = 0  # queries judged in the dev split (a test checks it against the data)
 
 
 PROTOCOLS = {
-    "scifact": Protocol("scifact", note="the grid: every method, its configurations on dev, seeds for the decisive rows"),
-    "nfcorpus": Protocol("nfcorpus", note="the full protocol (the GPU bundle's block)"),
-    "nfcorpus_cpu": Protocol("nfcorpus", epochs=1, max_positives=1, follows="scifact",
+    "scifact": Protocol("scifact", dev_queries=81, note="the grid: every method, its configurations on dev, seeds for the decisive rows"),
+    "nfcorpus": Protocol("nfcorpus", dev_queries=324, note="the full protocol (the GPU bundle's block)"),
+    "nfcorpus_cpu": Protocol("nfcorpus", epochs=1, max_positives=1, follows="scifact", dev_queries=324,
                              note="the CPU protocol: one positive per query (the most relevant), one epoch; MNRL, the best "
                                   "sentence-transformers method and the best two of ours on SciFact's dev, at SciFact's "
                                   "dev-chosen configurations, 3 seeds"),
@@ -253,12 +254,10 @@ class Context:
         key = (setting, kind, json.dumps(miner or {}, sort_keys=True))
         if key not in self.rows:
             cache = rows_cache_folder(self.args.rows_cache, setting, kind, miner, self.args.dry_run)
-            if cache is not None and (cache / ROWS_META).is_file():
-                import datasets
-
-                meta = json.loads((cache / ROWS_META).read_text())
-                self.rows[key] = (datasets.load_from_disk(str(cache)), meta["seconds"], True)
-                logger.info("%s rows of %s from the rows cache %s (mined once in %.0f s)", kind, setting, cache, meta["seconds"])
+            hit = RowsCache.load(cache)
+            if hit is not None:
+                self.rows[key] = (*hit, True)
+                logger.info("%s rows of %s from the rows cache %s (mined once in %.0f s)", kind, setting, cache, hit[1])
                 return self.rows[key]
             start = time.perf_counter()
             data = self.retrieval(setting)
@@ -275,14 +274,9 @@ class Context:
             else:
                 raise ValueError(f"rows: unknown training rows {kind!r}")
             seconds = time.perf_counter() - start
-            if cache is not None:
-                rows.save_to_disk(str(cache))
-                (cache / ROWS_META).write_text(json.dumps({"seconds": seconds, "threads": torch.get_num_threads()}) + "\n")
+            RowsCache.save(cache, rows, seconds, threads=torch.get_num_threads())
             self.rows[key] = (rows, seconds, False)
         return self.rows[key]
-
-
-ROWS_META = "bench_rows.json"
 
 
 def rows_cache_folder(root: str | None, setting: str, kind: str, miner: dict[str, Any] | None, dry_run: bool) -> Path | None:
@@ -291,7 +285,7 @@ def rows_cache_folder(root: str | None, setting: str, kind: str, miner: dict[str
     every run (and every ``--max-runs 1`` process of a loop) mines once; the folder name hashes
     everything they depend on: the base model's files ($CONTRASTIVE_BERT_DEFAULT_MODEL may swap it) and the
     versions of both miners included."""
-    if root is None or kind == "pairs":
+    if kind == "pairs":
         return None
     from importlib.metadata import version
 
@@ -299,8 +293,7 @@ def rows_cache_folder(root: str | None, setting: str, kind: str, miner: dict[str
                 "kind": kind, "miner": miner or {}, "corpus_miner": CORPUS_MINER if kind == "corpus_mined" else None,
                 "max_seq_length": MAX_SEQ_LENGTH, "dry_run": bool(dry_run),
                 "model": _base_model_files(), "versions": {name: version(name) for name in ("sentence-transformers", "contrastive-bert")}}
-    digest = hashlib.sha1(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-    return Path(root).expanduser() / f"{setting}-{kind}-{digest}"
+    return RowsCache(root).folder(f"{setting}-{kind}", identity)
 
 
 def _base_model_files() -> dict[str, Any]:
@@ -430,24 +423,40 @@ def _mean_std_of(records: list[dict], *path: str) -> dict:
     return mean_std(values)
 
 
-def verdict(methods: dict[str, dict], untrained: dict, decisive: list[str], seeds: list[int]) -> dict:
-    """The README's retrieval row: the best sentence-transformers method and the best of ours (both
-    chosen on dev), ours minus theirs paired by seed, what the queue (or refresh) adds (ours minus
-    each ablation), and ours' general ability against the untrained model; ``pending`` until the
-    decisive rows have every seed."""
+def recommended(dev: Mapping[str, float], dev_queries: int) -> str | None:
+    """The method of ours a recipe trains: the best of ours on dev, unless one of its ablations
+    (the same without the queue or the refresh, which cost more) is within one dev query's worth of
+    nDCG@10 (100 / ``dev_queries`` points): a part that costs more must earn its place."""
+    best = _best_on_dev(dev, False)
+    if best is None or dev_queries < 1:
+        return best
+    tied = [name for name in METHODS[best].fields["ablations"] if name in dev and dev[best] - dev[name] < 100 / dev_queries]
+    return max(tied, key=dev.__getitem__) if tied else best
+
+
+def verdict(methods: dict[str, dict], untrained: dict, decisive: list[str], seeds: list[int], dev_queries: int = 0) -> dict:
+    """The README's retrieval row: the best sentence-transformers method (chosen on dev) and the
+    method of ours a recipe trains (:func:`recommended`), ours minus theirs paired by seed, what each
+    costly part adds (``parts``: every method of ours minus each of its ablations, paired by seed;
+    ``ablations``: the best of ours on dev minus its own), and the recommended method's general
+    ability against the untrained model; ``pending`` until the decisive rows have every seed."""
     dev = {name: row["dev"]["ndcg_at_10"] for name, row in methods.items()}
-    baseline, ours = _best_on_dev(dev, True), _best_on_dev(dev, False)
-    out: dict[str, Any] = {"baseline": baseline, "ours": ours, "decisive": decisive}
+    baseline, best, ours = _best_on_dev(dev, True), _best_on_dev(dev, False), recommended(dev, dev_queries)
+    out: dict[str, Any] = {"baseline": baseline, "ours": ours, "best_of_ours_on_dev": best,
+                           "tie_dev_points": 100 / dev_queries if dev_queries else None, "decisive": decisive}
     if baseline is None or ours is None:
         return {**out, "pending": True}
     out["ours_minus_baseline"] = paired_difference(methods[ours], methods[baseline], "ndcg_at_10")
-    out["ablations"] = {name: paired_difference(methods[ours], methods[name], "ndcg_at_10")
-                        for name in METHODS[ours].fields["ablations"] if name in methods}
+    out["ablations"] = {name: paired_difference(methods[best], methods[name], "ndcg_at_10")
+                        for name in METHODS[best].fields["ablations"] if name in methods}
+    out["parts"] = {name: {ablation: paired_difference(methods[name], methods[ablation], "ndcg_at_10")
+                           for ablation in METHODS[name].fields["ablations"] if ablation in methods}
+                    for name in methods if METHODS[name].fields["ablations"]}
     out["general_vs_untrained"] = {
         "stsb": methods[ours]["stsb"]["mean"] - untrained["general"]["stsb"],
         "zero_shot_mean": methods[ours]["zero_shot_mean"]["mean"] - untrained["general"]["zero_shot_mean"],
     }
-    complete = all(len(methods[n]["seeds"]) >= len(seeds) for n in [baseline, ours] if n in methods)
+    complete = all(len(methods[n]["seeds"]) >= len(seeds) for n in [baseline, ours, best] if n in methods)
     out["pending"] = not decisive or not complete
     return out
 
@@ -474,8 +483,8 @@ def _row(plan: Grid, log: Mapping[str, dict], setting: str, method: Method) -> d
         return None
     chosen = entry["chosen_on_dev"]
     return {
-        "baseline": method.fields["baseline"], "loss": method.loss, "rows": method.rows, "note": method.fields["note"],
-        "options": chosen["options"],
+        "baseline": method.fields["baseline"], "loss": method.loss, "rows": method.rows, "refresh": method.fields["refresh"],
+        "ablations": list(method.fields["ablations"]), "note": method.fields["note"], "options": chosen["options"],
         "chosen_on_dev": {"config": chosen["config"], "configs_tried": chosen["configs_tried"],
                           "configs_planned": chosen["configs_planned"],
                           "dev_ndcg_at_10_by_config": chosen["dev_by_config"] or {str(chosen["config"]): entry["dev"]["ndcg_at_10"]}},
@@ -525,13 +534,14 @@ def summarize(records: list[dict], seeds: list[int]) -> dict:
             "last_loss": r["last_loss"], **{k: r["queue_probe"][k] for k in ("steps_with_full_queue", "full", "thirds")},
         } for r in mine if r.get("queue_probe")}
         out[setting] = {
-            "verdict": verdict(methods, untrained, decisive, seeds),
+            "verdict": verdict(methods, untrained, decisive, seeds, protocol.dev_queries),
             "queue_diagnosis": diagnosis,
             "dev_test_agreement": dev_test_agreement([r for r in mine if r["method"] != "untrained"]),
             "untrained": {"dev": untrained["dev"], "test": untrained["test"], **untrained["general"]},
             "methods": methods,
             "decisive": decisive,
             "protocol": {"data": protocol.data, "epochs": protocol.epochs, "max_positives_per_query": protocol.max_positives,
+                         "dev_queries": protocol.dev_queries,
                          "follows": protocol.follows, "note": protocol.note},
             "missing_runs": {name: planned[name] - done[name] for name in planned if done[name] < planned[name]},
         }

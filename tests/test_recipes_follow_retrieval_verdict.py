@@ -1,6 +1,9 @@
 """The retrieval recipes train what eval/bench_retrieval.py chose on SciFact's dev split (the best
 method on dev, sentence-transformers' or ours, at its dev-chosen configuration): no losing method is
-a recipe. NFCorpus follows SciFact's choice until its own protocol is measured."""
+a recipe. A part that costs more (the queue, the per-epoch refresh) must earn its place: when the
+best method's ablation without it is within one dev claim's worth of nDCG@10 (1/81 of 100 points,
+about 1.2), the recipe trains the ablation. NFCorpus follows SciFact's choice until its own protocol
+is measured."""
 
 from __future__ import annotations
 
@@ -16,16 +19,39 @@ RESULTS = json.loads((ROOT / "eval" / "results" / "retrieval_quality.json").read
 PROTOCOL_KEYS = ("learning_rate", "miner")  # the configuration's fields that are not loss options
 
 
-def best_on_dev(setting: str = "scifact") -> tuple[str, dict]:
-    methods = RESULTS[setting]["methods"]
-    name = max(methods, key=lambda m: methods[m]["dev"]["ndcg_at_10"] if methods[m]["dev"] else -math.inf)
-    return name, methods[name]
+def recipe_method(dev_queries: int, setting: str = "scifact") -> str:
+    """The rule, written again here: the best of ours on dev, or its cheaper ablation when that is
+    within one dev query's worth."""
+    methods = {m: row for m, row in RESULTS[setting]["methods"].items() if not row["baseline"]}
+    dev = {m: row["dev"]["ndcg_at_10"] if row["dev"] else -math.inf for m, row in methods.items()}
+    name = max(dev, key=dev.__getitem__)
+    tied = [a for a in methods[name]["ablations"] if a in dev and dev[name] - dev[a] < 100 / dev_queries]
+    return max(tied, key=dev.__getitem__) if tied else name
+
+
+@pytest.fixture(scope="module")
+def dev_queries(shared_data) -> dict[str, int]:
+    """Each data set's dev split as the benchmark scores it (SciFact: 10% of the train claims)."""
+    from contrastive_bert.data import load_dataset
+    from contrastive_bert.data.beir import RetrievalData
+
+    return {name: len(RetrievalData.from_splits(load_dataset(name, data_dir=shared_data)).split("validation"))
+            for name in ("scifact", "nfcorpus")}
+
+
+def test_the_benchmark_counts_the_dev_queries_of_the_data(dev_queries):
+    for setting in ("scifact", "nfcorpus_cpu"):
+        protocol = RESULTS[setting]["protocol"] if setting in RESULTS else None
+        if protocol is not None:
+            assert protocol["dev_queries"] == dev_queries[protocol["data"]]
+    assert RESULTS["scifact"]["verdict"]["ours"] == recipe_method(dev_queries["scifact"])
 
 
 @pytest.mark.parametrize("recipe", ["scifact_best.yaml", "nfcorpus_best.yaml"])
 def test_recipe_trains_the_method_chosen_on_dev(recipe):
     values = yaml.safe_load((ROOT / "scripts" / "recipes" / recipe).read_text())
-    name, method = best_on_dev()
+    name = RESULTS["scifact"]["verdict"]["ours"]
+    method = RESULTS["scifact"]["methods"][name]
     assert method["rows"] == "corpus_mined", f"{name}: a recipe cannot express {method['rows']!r} rows yet; add it"
     assert values["loss"] == method["loss"]
     assert values["loss_options"] == {k: v for k, v in method["options"].items() if k not in PROTOCOL_KEYS}
@@ -33,4 +59,4 @@ def test_recipe_trains_the_method_chosen_on_dev(recipe):
     assert values["epochs"] == method["epochs"] and values["batch_size"] == method["batch_size"]
     negatives = values["corpus_negatives"]
     assert {k: negatives.get(k) for k in ("num_negatives", "range_max", "perc_pos")} == {"num_negatives": 1, "range_max": 100, "perc_pos": 0.95}
-    assert bool(negatives.get("refresh_every_epochs")) == ("ance" in name), f"{name}: refresh {'on' if 'ance' in name else 'off'}"
+    assert bool(negatives.get("refresh_every_epochs")) == method["refresh"], f"{name}: refresh {'on' if method['refresh'] else 'off'}"

@@ -8,6 +8,7 @@
 - :class:`Budget` (``budget``): the ``--max-minutes`` wall-clock limit.
 - :class:`Method` / :class:`Grid` / :func:`paired_difference` (``protocol``): the one protocol
   (configurations chosen on dev at the first seed, then the other seeds) and its result shape.
+- :class:`RowsCache` (``rows_cache``): training rows kept on disk between a loop's processes.
 - ``python -m contrastive_bert.benchmarking merge OUT_DIR eval/results/`` (``merge``).
 """
 
