@@ -195,6 +195,20 @@ class EmbeddingQueue(nn.Module):
         return self.queue_embeddings[:n], self.queue_ids[:n], self.queue_labels[:n]
 
     @torch.no_grad()
+    def newest_copies(self) -> Tensor:
+        """``(len(queue),)`` bool in storage order (as :meth:`filled`): True for the newest row of
+        each id. A document enqueued again (a later epoch, or another row with the same document)
+        then counts once, as its freshest embedding; rows without an id (``NO_ID``) all count."""
+        n = len(self)
+        ids = self.queue_ids[:n]
+        recency = torch.arange(n, device=ids.device)  # larger = enqueued later
+        if n == self.size:
+            recency = (recency - int(self.queue_ptr.item())) % self.size
+        _, group = torch.unique(ids, return_inverse=True)
+        newest = torch.full((n,), -1, dtype=torch.int64, device=ids.device).scatter_reduce(0, group, recency, "amax")
+        return (recency == newest[group]) | (ids == NO_ID)
+
+    @torch.no_grad()
     def reset(self) -> None:
         """Empty the queue (the rows are kept but no longer count as filled)."""
         self.queue_embeddings.zero_()

@@ -119,16 +119,19 @@ def method(name: str, loss: str, baseline: bool, configs: tuple[dict[str, Any], 
                                                           "refresh": refresh, "ablations": ablations})
 
 
-def _queue_configs(own: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+def _queue_configs(own: dict[str, Any], distinct: bool = False) -> tuple[dict[str, Any], ...]:
     """The queue rows, 8 hard negatives mined from the queue each step: (0) every queue row a
     negative and the hard ones weighted to the seed's 15% of all negatives, at 2e-5; then, as the
     seed's sample code does, in-batch negatives plus only the top-8 queue rows, each counted once
     (8 of 39 negatives on pairs, 8 of 71 on triplets), at both learning rates. (Unweighted hard
-    negatives on top of the whole queue would be the plain queue: each row counts once either way.)"""
+    negatives on top of the whole queue would be the plain queue: each row counts once either way.)
+    ``distinct``: (3) configuration 1 with each document counted once, as its newest copy (the
+    probe found a third of the hard negatives to be stale second copies)."""
     hard_only = {"use_queue_negatives": False, "hard_negative_share": None}
-    return ({**own, "hard_negative_share": 0.15, "learning_rate": LR[0]},
-            {**own, **hard_only, "learning_rate": LR[0]},
-            {**own, **hard_only, "learning_rate": LR[1]})
+    configs = ({**own, "hard_negative_share": 0.15, "learning_rate": LR[0]},
+               {**own, **hard_only, "learning_rate": LR[0]},
+               {**own, **hard_only, "learning_rate": LR[1]})
+    return configs + (({**own, **hard_only, "distinct_queue_rows": True, "learning_rate": LR[0]},) if distinct else ())
 
 
 def _configs(own: dict[str, Any], extra: dict[str, Any] | None = None) -> tuple[dict[str, Any], ...]:
@@ -152,7 +155,7 @@ METHODS: dict[str, Method] = {
                                  "(range_max 100, relative_margin 0.05, top); third configuration: its documented example"),
     "mnrl_corpus_mined": method("mnrl_corpus_mined", "mnrl", False, _configs({"scale": 20.0}), rows="corpus_mined",
                                 note="ablation: MNRL on our corpus-mined triplets (the miner without the queue)"),
-    "queue_corpus_mined": method("queue_corpus_mined", "queue_infonce", False, _queue_configs(QUEUE),
+    "queue_corpus_mined": method("queue_corpus_mined", "queue_infonce", False, _queue_configs(QUEUE, distinct=True),
                                  rows="corpus_mined", ablations=("mnrl_corpus_mined",),
                                  note="queue InfoNCE on our corpus-mined triplets, a real queue (1,024 past documents) with 8 hard negatives from it"),
     "queue_hard": method("queue_hard", "queue_infonce", False, _queue_configs(QUEUE),

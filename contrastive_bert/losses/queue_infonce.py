@@ -65,7 +65,8 @@ class _Batch:
 
     anchors ``(B, D)``, docs ``(N, D)`` (positives first), queue ``(n, D)`` detached, queue_ids /
     queue_groups ``(n,)``, anchor_ids / positive_ids / groups ``(B,)``, step: for the curriculum;
-    with a guide model: guide_anchors ``(B, G)``, guide_docs ``(N, G)``, guide_queue ``(n, G)``.
+    queue_keep ``(n,)``: the rows that may be negatives at all (None: every row; see
+    ``distinct_queue_rows``); with a guide model: guide_anchors ``(B, G)``, guide_docs ``(N, G)``, guide_queue ``(n, G)``.
     """
 
     anchors: Tensor
@@ -77,6 +78,7 @@ class _Batch:
     positive_ids: Tensor | None
     groups: Tensor | None
     step: int
+    queue_keep: Tensor | None = None
     guide_anchors: Tensor | None = None
     guide_docs: Tensor | None = None
     guide_queue: Tensor | None = None
@@ -440,6 +442,7 @@ class QueueInfoNCELoss(nn.Module):
             positive_ids=positive_ids,
             groups=self.config.filters.groups(labels, anchor_ids),
             step=int(self.num_steps.item()),
+            queue_keep=queue.newest_copies() if self.config.mining.distinct_queue_rows else None,
         )
         if self.guide is not None:
             guide_docs = list(guide_embeddings[1:]) + ([] if guide_extra_docs is None else [guide_extra_docs])
@@ -462,17 +465,20 @@ class QueueInfoNCELoss(nn.Module):
         def rows_of(values: Tensor | None) -> Tensor | None:
             return None if values is None else values[begin:end]
 
-        doc_mask = guide_keep = None
+        doc_mask = keep = None
         if batch.guide_anchors is not None:
             guide_anchors, guide_positives = batch.guide_anchors[begin:end], batch.guide_docs[begin:end]
             doc_mask = self.guide.keep(guide_anchors, guide_positives, batch.guide_docs)
-            guide_keep = self.guide.keep(guide_anchors, guide_positives, batch.guide_queue)
+            keep = self.guide.keep(guide_anchors, guide_positives, batch.guide_queue)
+        if batch.queue_keep is not None:
+            distinct = batch.queue_keep.unsqueeze(0).expand(anchors.shape[0], -1)
+            keep = distinct if keep is None else keep & distinct
         with torch.no_grad():
             positive_scores = (anchors.detach() * positives.detach()).sum(dim=1)
         mined = self.miner.select(
             anchors, positive_scores, batch.queue, batch.step, key_ids=batch.queue_ids, key_groups=batch.queue_groups,
             anchor_ids=rows_of(batch.anchor_ids), positive_ids=rows_of(batch.positive_ids),
-            anchor_groups=rows_of(batch.groups), keep=guide_keep,
+            anchor_groups=rows_of(batch.groups), keep=keep,
         )
         hard_keys, hard_mask = mined.hard_keys(batch.queue)
         scoring = self.config.infonce

@@ -133,3 +133,15 @@ def test_reset_empties():
     queue.enqueue(torch.randn(3, 2))
     queue.reset()
     assert len(queue) == 0 and int(queue.queue_ptr) == 0
+
+
+def test_newest_copies_keeps_the_freshest_row_of_each_id_across_the_wrap():
+    queue = EmbeddingQueue(size=4, dim=2)
+    queue.enqueue(torch.randn(2, 2), ids=torch.tensor([1, 2]))
+    queue.enqueue(torch.randn(2, 2), ids=torch.tensor([1, 3]))
+    assert queue.newest_copies().tolist() == [False, True, True, True]  # storage [1, 2, 1, 3]
+    queue.enqueue(torch.randn(1, 2), ids=torch.tensor([2]))  # overwrites storage row 0: [2, 2, 1, 3]
+    assert queue.filled()[1].tolist() == [2, 2, 1, 3]
+    assert queue.newest_copies().tolist() == [True, False, True, True]  # row 0 is the newer id 2
+    queue.enqueue(torch.randn(2, 2))  # rows without ids: [2, NO_ID, NO_ID, 3]
+    assert queue.newest_copies().tolist() == [True, True, True, True]

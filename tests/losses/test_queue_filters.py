@@ -171,3 +171,32 @@ def test_cached_with_guide_equals_uncached(tiny_model):
     cached_total.backward()
     for name, grad in expected.items():
         torch.testing.assert_close(dict(tiny_model.named_parameters())[name].grad, grad, atol=1e-6, rtol=1e-4)
+
+
+def test_distinct_queue_rows_counts_a_repeated_document_once(tiny_model):
+    """A document enqueued twice: with ``distinct_queue_rows`` only its newest copy is a negative
+    (hand-computed InfoNCE over the in-batch documents and the distinct queue rows); without it,
+    both copies count."""
+    torch.manual_seed(5)
+    anchors, positives = torch.randn(2, 32), torch.randn(2, 32)
+    stale, fresh, other = torch.randn(3, 32)
+    ids = torch.tensor([7, 8, 7])  # rows 0 and 2 are the same document, row 2 the newer copy
+
+    def loss_value(distinct: bool) -> float:
+        loss = QueueInfoNCELoss(tiny_model, queue_size=8, temperature=0.1, relative_margin=None, distinct_queue_rows=distinct)
+        loss.queue.enqueue(torch.stack([stale, other, fresh]), ids=ids)
+        return float(sum(loss.compute_loss_from_embeddings([anchors, positives]).values()))
+
+    def expected(queue_rows: list[torch.Tensor]) -> float:
+        a, p = F.normalize(anchors, dim=1), F.normalize(positives, dim=1)
+        q = F.normalize(torch.stack(queue_rows), dim=1)
+        total = 0.0
+        for i in range(2):
+            terms = [float(a[i] @ p[j]) for j in range(2)] + [float(a[i] @ row) for row in q]
+            total += -float(a[i] @ p[i]) / 0.1 + math.log(sum(math.exp(t / 0.1) for t in terms))
+        return total / 2
+
+    assert math.isclose(loss_value(True), expected([other, fresh]), rel_tol=1e-5)
+    assert math.isclose(loss_value(False), expected([stale, other, fresh]), rel_tol=1e-5)
+    with pytest.raises(ValueError, match="loss_options.distinct_queue_rows"):
+        QueueInfoNCELoss(tiny_model, distinct_queue_rows="yes")
