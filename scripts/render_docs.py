@@ -28,7 +28,7 @@ from render_data_cards import builtin_specs, data_card, data_index
 from render_labels import (ACL_COST_LABELS, ACL_LABELS, ACL_OPTIONS, ACL_SHORT_LABELS, BASELINE_LABELS, EXIT_COST_LABELS,
                            EXIT_METHODS, GENERAL_LABELS, PAIR_LABELS, QUEUE_MEMORY_LABELS, QUEUE_QUALITY_LABELS,
                            RETRIEVAL_LABELS, TOPK_LABELS, ZERO_SHOT_LABELS)
-from render_readme import render_readme, table_acl_verdict  # noqa: F401 (table_acl_verdict: also a table of docs/results.md)
+from render_readme import paired, render_readme, table_acl_verdict  # noqa: F401 (table_acl_verdict: also a table of docs/results.md)
 from render_table import Column, Table, benchmark_table, per_key
 from render_values import GENERATED, Results, fmt, is_stat, link, lookup, mean_of
 
@@ -112,6 +112,25 @@ def table_retrieval(results: Results) -> str:
             blocks.append(f"*{setting}*\n\n" + benchmark_table(rows, RETRIEVAL_COLUMNS, RETRIEVAL_LABELS, unlabelled="`{}`")
                           + (f"\n\nRuns still missing (configurations + seeds of the plan): {missing}" if missing else ""))
     return "\n\n".join(blocks) or "*Not run yet: no setting of `retrieval_quality.json` has results.*"
+
+
+PARTS_COLUMNS = [
+    Column("dev nDCG@10 difference (seed 0)", "dev", "+.2f"),
+    Column("test nDCG@10 difference, paired by seed", "test", paired),
+]
+
+
+def table_retrieval_parts(results: Results, setting: str = "scifact") -> str:
+    """retrieval_quality.json ``verdict.parts``: what each costly part of ours (the queue, the
+    per-epoch refresh) adds over the same method without it, dev at seed 0 and test paired by seed."""
+    if not results.has("retrieval_quality") or setting not in results["retrieval_quality"]:
+        return "*Not run yet.*"
+    block = results["retrieval_quality"][setting]
+    methods, parts = block["methods"], (block.get("verdict") or {}).get("parts") or {}
+    rows = {f"`{name}` − `{ablation}`": {"dev": methods[name]["dev"]["ndcg_at_10"] - methods[ablation]["dev"]["ndcg_at_10"],
+                                          "test": diff}
+            for name, ablations in parts.items() for ablation, diff in ablations.items()}
+    return benchmark_table(rows, PARTS_COLUMNS, first="method − the same without its part") if rows else "*No ablation pair has run yet.*"
 
 
 QUEUE_DIAGNOSIS_COLUMNS = [
