@@ -272,10 +272,10 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
         logger.info("resume: %s finished already (step %s); nothing to do", recipe.output_dir, results.get("global_step"))
         return TrainingOutcome(None, str(recipe.output_dir), results.get("before", {}), results.get("after", {}),
                                train_seconds=results.get("train_seconds", 0.0), already_finished=True)
+    from contrastive_bert.embeddings import reuse_encodings
     from contrastive_bert.models import load_model
     from contrastive_bert.training.model_card import note_custom_modules
     from contrastive_bert.training.task_evaluator import TaskEvaluator
-    from contrastive_bert.embeddings import reuse_encodings
     from contrastive_bert.training.train_data import RunData, build_train_dataset
 
     output_dir = Path(recipe.output_dir)
