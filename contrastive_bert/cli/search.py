@@ -148,8 +148,11 @@ def _index(args: argparse.Namespace, model, corpus: dict[str, str]):
     from contrastive_bert.inference.corpus_index import CorpusIndex, corpus_fingerprint
 
     folder = Path(args.index).expanduser() if args.index is not None else None
-    if folder is not None and folder.exists() and not args.overwrite:
-        meta = CorpusIndex.read_meta(folder)
+    if folder is not None and folder.exists() and any(folder.iterdir()) and not args.overwrite:  # an empty folder: build into it
+        try:
+            meta = CorpusIndex.read_meta(folder)
+        except ValueError as error:
+            raise ValueError(f"--index: {str(error).removeprefix('path: ')}; choose an empty or new folder") from None
         if meta["fingerprint"] != corpus_fingerprint(list(corpus), list(corpus.values())):
             raise ValueError(f"--index: {folder} holds another corpus ({meta['documents']} documents) than --corpus "
                              f"{args.corpus} ({len(corpus)}); pass --overwrite to rebuild it or choose another folder")

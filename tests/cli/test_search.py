@@ -76,6 +76,14 @@ def test_the_index_folder_is_written_once_then_loaded(tmp_path, tiny_loader, cap
     assert CorpusIndex.read_meta(index)["documents"] == 8  # refused, not overwritten
     assert main(["search", "--model", "tiny", "--corpus", str(other), "--query", "x", "--index", str(index), "--overwrite"]) == 0
     assert CorpusIndex.read_meta(index)["documents"] == 1
+    empty = tmp_path / "made-by-hand"
+    empty.mkdir()
+    assert main(["search", "--model", "tiny", "--corpus", str(other), "--query", "x", "--index", str(empty)]) == 0
+    assert CorpusIndex.read_meta(empty)["documents"] == 1
+    (tmp_path / "stranger").mkdir()
+    (tmp_path / "stranger" / "notes.txt").write_text("mine")
+    assert main(["search", "--model", "tiny", "--corpus", str(other), "--query", "x", "--index", str(tmp_path / "stranger")]) == 2
+    assert "--index: " in (err := capsys.readouterr().err) and "is not a saved CorpusIndex" in err and (tmp_path / "stranger" / "notes.txt").read_text() == "mine"
 
 
 def test_search_a_registry_retrieval_set(shared_data, tiny_loader, capsys):
