@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "FAISS_GPU_MAX_K",
     "HardnessSchedule",
+    "build_faiss_index",
     "ScoreMargins",
     "faiss_available",
     "faiss_gpu_available",
@@ -64,7 +65,9 @@ def faiss_gpu_available() -> bool:
     return hasattr(faiss, "StandardGpuResources") and getattr(faiss, "get_num_gpus", lambda: 0)() > 0
 
 
-def _build_index(keys: np.ndarray, index_type: IndexType, use_gpu: bool, nlist: int | None, nprobe: int, hnsw_m: int):
+def build_faiss_index(keys: np.ndarray, index_type: IndexType = "flat", use_gpu: bool = False, nlist: int | None = None,
+                      nprobe: int = 16, hnsw_m: int = 32):
+    """A FAISS inner-product index over ``keys`` (n, d) float32: ``flat`` (exact), ``ivf`` or ``hnsw``."""
     import faiss
 
     dim = keys.shape[1]
@@ -141,7 +144,7 @@ def search_topk(
         gpu = False
     keys_np = np.ascontiguousarray(keys.detach().float().cpu().numpy())
     queries_np = np.ascontiguousarray(queries.detach().float().cpu().numpy())
-    index = _build_index(keys_np, index_type, gpu, nlist, nprobe, hnsw_m)
+    index = build_faiss_index(keys_np, index_type, gpu, nlist, nprobe, hnsw_m)
     scores_np, indices_np = index.search(queries_np, k)
     scores_t = torch.from_numpy(scores_np).to(device)
     indices_t = torch.from_numpy(indices_np).to(device=device, dtype=torch.int64)

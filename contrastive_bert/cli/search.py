@@ -108,7 +108,7 @@ def load_corpus(name_or_path: str, data_dir: str | None) -> dict[str, str]:
     if path.is_dir() and (path / "corpus.jsonl").is_file():  # a BEIR folder, judgements or not
         path = path / "corpus.jsonl"
     if path.is_file():
-        from contrastive_bert.data.beir import document_text, read_corpus
+        from contrastive_bert.data.beir import corpus_texts, read_corpus
 
         if path.suffix.lower() == ".txt":
             lines = path.read_text(encoding="utf-8").splitlines()
@@ -118,14 +118,14 @@ def load_corpus(name_or_path: str, data_dir: str | None) -> dict[str, str]:
                 columns = read_corpus(path)
             except KeyError as missing:
                 raise ValueError(f"--corpus: {path} is not a BEIR corpus.jsonl: a line has no {missing} field") from None
-            corpus = {i: document_text(t, x) for i, t, x in zip(columns["id"], columns["title"], columns["text"])}
+            corpus = corpus_texts(columns)
         else:
             raise ValueError(f"--corpus: expected a retrieval data set name, a BEIR folder, a corpus.jsonl or a .txt file, got {path}")
         if not corpus:
             raise ValueError(f"--corpus: {path} holds no documents")
         return corpus
     from contrastive_bert.data import load_dataset, resolve_dataset_argument
-    from contrastive_bert.data.beir import CORPUS, document_text
+    from contrastive_bert.data.beir import CORPUS, corpus_texts
 
     if path.suffix.lower() in (".txt", ".jsonl"):
         raise ValueError(f"--corpus: file {path} does not exist")
@@ -137,7 +137,7 @@ def load_corpus(name_or_path: str, data_dir: str | None) -> dict[str, str]:
         raise ValueError(f"--corpus: {name_or_path!r} is a {spec.task_type} data set; expected a retrieval one "
                          "(scifact, nfcorpus, a BEIR folder), a corpus.jsonl or a .txt file")
     documents = load_dataset(spec, split=CORPUS, data_dir=data_dir)
-    return {i: document_text(t, x) for i, t, x in zip(documents["id"], documents["title"], documents["text"])}
+    return corpus_texts(documents)
 
 
 def _index(args: argparse.Namespace, model, corpus: dict[str, str]):

@@ -16,7 +16,7 @@ import csv
 import json
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +33,12 @@ SPLIT_NAMES = {"dev": "validation", "validation": "validation", "train": "train"
 def document_text(title: str | None, text: str | None) -> str:
     """The text a document is encoded as: ``title + " " + text``, stripped (MTEB's rule)."""
     return f"{title or ''} {text or ''}".strip()
+
+
+def corpus_texts(columns: Mapping[str, Sequence]) -> dict[str, str]:
+    """``{document id: text to encode}`` from corpus columns ``id``, ``title``, ``text`` (a corpus
+    split, or :func:`read_corpus`'s columns)."""
+    return {i: document_text(t, x) for i, t, x in zip(columns["id"], columns["title"], columns["text"])}
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -177,7 +183,7 @@ class RetrievalData:
                 raise ValueError(f"data: a retrieval data set needs a {needed!r} split, got {list(data)}")
         corpus = data[CORPUS]
         return cls(
-            corpus={i: document_text(t, x) for i, t, x in zip(corpus["id"], corpus["title"], corpus["text"])},
+            corpus=corpus_texts(corpus),
             queries=dict(zip(data[QUERIES]["id"], data[QUERIES]["text"])),
             qrels={name: qrels_dict(split) for name, split in data.items() if name not in (CORPUS, QUERIES)},
         )

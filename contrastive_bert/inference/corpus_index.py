@@ -183,12 +183,9 @@ class CorpusIndex:
     def _faiss(self):
         """The FAISS index over :attr:`embeddings`, built on first search and kept."""
         if self._faiss_index is None:
-            import faiss
+            from contrastive_bert.queue_search import build_faiss_index
 
-            dim = self.embeddings.shape[1]
-            index = faiss.IndexFlatIP(dim) if self.index_type == "flat" else faiss.IndexHNSWFlat(dim, 32, faiss.METRIC_INNER_PRODUCT)
-            index.add(np.ascontiguousarray(self.embeddings.numpy()))
-            self._faiss_index = index
+            self._faiss_index = build_faiss_index(np.ascontiguousarray(self.embeddings.numpy()), self.index_type)
         return self._faiss_index
 
     def save(self, path: str | Path, overwrite: bool = False, model_name: str | None = None) -> Path:
