@@ -60,3 +60,41 @@ def test_recipe_trains_the_method_chosen_on_dev(recipe):
     negatives = values["corpus_negatives"]
     assert {k: negatives.get(k) for k in ("num_negatives", "range_max", "perc_pos")} == {"num_negatives": 1, "range_max": 100, "perc_pos": 0.95}
     assert bool(negatives.get("refresh_every_epochs")) == method["refresh"], f"{name}: refresh {'on' if method['refresh'] else 'off'}"
+
+
+@pytest.mark.parametrize("dataset", ["scifact", "nfcorpus", "folder"])
+def test_train_on_a_retrieval_set_with_no_other_flag_trains_the_recommended_recipe(dataset, tmp_path):
+    """``contrastive-bert train --datasets <retrieval set>`` derives what the recipes train: MNRL on
+    one mined negative per pair at the dev-chosen learning rate and the protocol's epochs."""
+    from contrastive_bert.cli import build_cli
+    from contrastive_bert.cli.train import recipe_from_args
+
+    from conftest import make_beir_folder
+
+    name = str(make_beir_folder(tmp_path / "my_corpus")) if dataset == "folder" else dataset
+    recipe = recipe_from_args(build_cli().parse_args(["train", "--datasets", name]))
+    method = RESULTS["scifact"]["methods"][RESULTS["scifact"]["verdict"]["ours"]]
+    assert (method["rows"], method["refresh"]) == ("corpus_mined", False), "the default cannot express this method yet; add it"
+    assert recipe.loss == method["loss"] and recipe.loss_options == {}
+    assert {k: v for k, v in method["options"].items() if k not in PROTOCOL_KEYS} == {"scale": 20.0}  # MNRL's own default
+    assert recipe.learning_rate == pytest.approx(method["options"]["learning_rate"])
+    assert recipe.epochs == method["epochs"] and recipe.batch_size == method["batch_size"]
+    negatives = recipe.corpus_negatives
+    assert negatives == {"num_negatives": 1, "fallback": "pairs"} and "refresh_every_epochs" not in negatives
+
+
+def test_the_derived_schedule_is_mnrls_and_flags_win(tmp_path):
+    from contrastive_bert.cli import build_cli
+    from contrastive_bert.cli.train import recipe_from_args
+    from contrastive_bert.training.recipe import TrainingRecipe
+
+    def recipe(*argv: str):
+        return recipe_from_args(build_cli().parse_args(["train", *argv]))
+
+    defaults = TrainingRecipe.__dataclass_fields__
+    assert (recipe("--datasets", "scifact", "--learning-rate", "1e-5", "--epochs", "1").learning_rate,
+            recipe("--datasets", "scifact", "--epochs", "1").epochs) == (1e-5, 1)
+    other = recipe("--datasets", "scifact", "--loss", "gist")  # not measured there: the generic defaults
+    assert (other.learning_rate, other.epochs) == (defaults["learning_rate"].default, defaults["epochs"].default)
+    pairs = recipe("--datasets", "stsb")
+    assert (pairs.learning_rate, pairs.epochs) == (defaults["learning_rate"].default, defaults["epochs"].default)

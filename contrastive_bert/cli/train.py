@@ -30,6 +30,7 @@ from contrastive_bert.cli.arguments import (
     parse_json_object,
     show_default,
 )
+from contrastive_bert.training.data_defaults import RETRIEVAL_LOSS, RETRIEVAL_SCHEDULE
 from contrastive_bert.training.recipe import MIXED_PRECISION, RESUME_OVERRIDABLE, TrainingRecipe
 
 _HELP = {
@@ -81,6 +82,10 @@ _DERIVED_SHOWN = {
     "max_seq_length": "the model's own limit for a retrieval set, else 128",
     "output_dir": "output/<data>-<loss>, e.g. output/scifact-mnrl",
     "corpus_negatives": "'{\"num_negatives\": 1, \"fallback\": \"pairs\"}' for retrieval sets trained by a pair loss, else none",
+    "epochs": f"{RETRIEVAL_SCHEDULE['epochs']} for retrieval sets trained by {RETRIEVAL_LOSS} (the benchmark's recipe), "
+              f"else {TrainingRecipe.epochs:g}",
+    "learning_rate": f"{RETRIEVAL_SCHEDULE['learning_rate']:g} for retrieval sets trained by {RETRIEVAL_LOSS} (chosen on SciFact's "
+                     f"dev split), else {TrainingRecipe.learning_rate:g}",
 }
 
 

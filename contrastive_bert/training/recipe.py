@@ -144,9 +144,10 @@ class TrainingRecipe:
     @classmethod
     def from_dict(cls, values: dict[str, Any], derive: bool = True) -> TrainingRecipe:
         """A recipe from field values (a file's, flags'). With ``derive``, the fields left out of
-        ``values`` among ``dev_task``, ``eval_tasks``, ``max_seq_length`` and ``output_dir`` are
-        derived from the training data and the loss (:mod:`contrastive_bert.training.data_defaults`:
-        a retrieval set is its own dev and eval task at the model's full length); given values win."""
+        ``values`` among :data:`~contrastive_bert.training.data_defaults.DERIVED_FIELDS` are derived
+        from the training data and the loss (:mod:`contrastive_bert.training.data_defaults`: a
+        retrieval set is its own dev and eval task at the model's full length, with mined negatives
+        and, under MNRL, the benchmark's schedule); given values win."""
         unknown = [key for key in values if key not in cls.field_names()]
         if unknown:
             key = unknown[0]
