@@ -216,7 +216,8 @@ PRIORITY = (("scifact", "queue_corpus_mined", 1, 0), ("scifact", "queue_hard", 1
 def run_order(settings: Sequence[str], seeds: Sequence[int]) -> Callable[[Run], tuple]:
     """The plan's sort key: :data:`PRIORITY` first, then setting by setting (in the order asked):
     every method at the tuning seed configuration by configuration, then the decisive rows' other
-    seeds (in the pick's order); a following setting seed by seed."""
+    seeds seed by seed (each seed's rows in the pick's order, so a partial grid is already paired by
+    seed); a following setting seed by seed."""
     def key(run: Run) -> tuple:
         at = (run.setting, run.method, run.config, run.seed)
         if at in PRIORITY:
@@ -224,7 +225,7 @@ def run_order(settings: Sequence[str], seeds: Sequence[int]) -> Callable[[Run], 
         if PROTOCOLS[run.setting].follows:
             return (1, settings.index(run.setting), seeds.index(run.seed))
         tuning = run.seed == seeds[0]
-        return (1, settings.index(run.setting), not tuning, run.config if tuning else 0)
+        return (1, settings.index(run.setting), not tuning, run.config if tuning else seeds.index(run.seed))
     return key
 
 

@@ -62,7 +62,7 @@ def test_decisive_rows_are_the_dev_best_of_each_side_and_the_ablations(bench):
     log = _grid(bench, _dev_scores(bench, {"gist": (1, 60.0), "queue_corpus_mined": (2, 70.0), "mnrl_ance": (0, 65.0)}))
     assert bench.grid().selected(log, "scifact") == ["gist", "queue_corpus_mined", "mnrl_corpus_mined"]
     todo = _plan(bench, ["scifact"], [0, 1, 2], log)
-    assert todo[:2] == [("scifact", "gist", 1, 1), ("scifact", "gist", 1, 2)]
+    assert todo[:3] == [("scifact", "gist", 1, 1), ("scifact", "queue_corpus_mined", 2, 1), ("scifact", "mnrl_corpus_mined", 0, 1)]
     assert ("scifact", "queue_corpus_mined", 2, 1) in todo and ("scifact", "mnrl_corpus_mined", 0, 2) in todo
     assert len(todo) == 6
 
@@ -153,9 +153,12 @@ def _old_plan(bench, settings, methods, seeds, records):
             continue
         for config in range(max(len(bench.METHODS[m].configs) for m in methods)):
             order += [(setting, m, config, seeds[0]) for m in methods if config < len(bench.METHODS[m].configs)]
+        decisive = []
         for m in _old_decisive_methods(bench, setting, methods, seeds[0], records):
             chosen = _old_dev_choice(bench, setting, m, seeds[0], records)[0]
-            order += [(setting, m, chosen, s) for s in seeds[1:]]
+            decisive += [(setting, m, chosen, s) for s in seeds[1:]]
+        # one deliberate change since (commit after adcde6c): the decisive rows' seeds run seed by seed
+        order += sorted(decisive, key=lambda run: seeds.index(run[3]))
     return list(dict.fromkeys(run for run in order if records.get(bench.run_key(*run)) is None))
 
 
