@@ -71,7 +71,11 @@ def retrieval_standing(results: Results, setting: str = "scifact") -> list[str] 
 
     if ours is None:
         return [what, cell(theirs), "not run yet", "", link("retrieval_quality", "eval/results")]
-    if verdict.get("pending") or verdict.get("ours_minus_baseline") is None:
+    so_far = verdict.get("ours_minus_baseline")
+    if (verdict.get("pending") or so_far is None) and so_far and so_far.get("seeds"):  # paired on the seeds both have
+        seeds = so_far["seeds"]
+        difference = f"{so_far['mean']:+.2f} at seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}, paired (seeds pending)"
+    elif verdict.get("pending") or so_far is None:
         difference = (f"{mean_of(methods[ours]['test']['ndcg_at_10']) - mean_of(methods[theirs]['test']['ndcg_at_10']):+.2f} "
                       "(seeds pending)")
     else:

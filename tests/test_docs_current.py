@@ -133,7 +133,11 @@ def test_retrieval_standing_pairs_ours_with_the_best_baseline_by_seed(tmp_path):
     assert row[:4] == ["SciFact test nDCG@10 (dev-chosen; untrained 64.50)",
                        "MNRL on `mine_hard_negatives` triplets 71.00 ± 0.50 (3)",
                        "MNRL on corpus-mined triplets (ours, no queue) 71.83 ± 0.50 (3)", "+0.83 ± 0.29, 3 of 3 seeds"]
-    block["verdict"]["pending"] = True  # seeds still to run: the seed-0 difference, said as such
+    block["verdict"]["pending"] = True  # seeds still to run: the difference on the seeds both have, said as such
+    block["verdict"]["ours_minus_baseline"] = {"mean": 1.0, "std": 0.0, "seeds": [0], "seeds_won": 1}
+    results = _results(tmp_path, {"retrieval_quality": {"scifact": block}})
+    assert render_readme.retrieval_standing(results)[3] == "+1.00 at seed 0, paired (seeds pending)"
+    block["verdict"]["ours_minus_baseline"] = None  # no seed in common: the difference of the means
     results = _results(tmp_path, {"retrieval_quality": {"scifact": block}})
     assert render_readme.retrieval_standing(results)[3] == "+0.83 (seeds pending)"
 
