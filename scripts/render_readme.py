@@ -72,7 +72,7 @@ def retrieval_standing(results: Results, setting: str = "scifact") -> list[str] 
     if ours is None:
         return [what, cell(theirs), "not run yet", "", link("retrieval_quality", "eval/results")]
     so_far = verdict.get("ours_minus_baseline")
-    if (verdict.get("pending") or so_far is None) and so_far and so_far.get("seeds"):  # paired on the seeds both have
+    if verdict.get("pending") and so_far and so_far.get("seeds"):  # paired on the seeds both have
         seeds = so_far["seeds"]
         difference = f"{so_far['mean']:+.2f} at seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}, paired (seeds pending)"
     elif verdict.get("pending") or so_far is None:

@@ -136,7 +136,7 @@ def _old_follower_runs(bench, setting, seeds, records):
         return []
     ranked = sorted(bench.METHODS, key=lambda name: -choices[name][1])
     best_baseline = next(name for name in ranked if bench.METHODS[name].fields["baseline"])
-    # one deliberate change since (commit after fada602): a per-epoch refresh never runs in a one-epoch setting
+    # one deliberate change since (fd4e126): a per-epoch refresh never runs in a one-epoch setting
     void = bench.PROTOCOLS[setting].epochs < 2
     ours = [name for name in ranked if not bench.METHODS[name].fields["baseline"] and not (void and bench.METHODS[name].fields["refresh"])][:2]
     return [(name, choices[name][0]) for name in dict.fromkeys(["mnrl", best_baseline, *ours])]
@@ -157,7 +157,7 @@ def _old_plan(bench, settings, methods, seeds, records):
         for m in _old_decisive_methods(bench, setting, methods, seeds[0], records):
             chosen = _old_dev_choice(bench, setting, m, seeds[0], records)[0]
             decisive += [(setting, m, chosen, s) for s in seeds[1:]]
-        # one deliberate change since (commit after adcde6c): the decisive rows' seeds run seed by seed
+        # one deliberate change since (d41bc0d): the decisive rows' seeds run seed by seed
         order += sorted(decisive, key=lambda run: seeds.index(run[3]))
     return list(dict.fromkeys(run for run in order if records.get(bench.run_key(*run)) is None))
 

@@ -79,8 +79,7 @@ def test_train_on_a_retrieval_set_with_no_other_flag_trains_the_recommended_reci
     assert {k: v for k, v in method["options"].items() if k not in PROTOCOL_KEYS} == {"scale": 20.0}  # MNRL's own default
     assert recipe.learning_rate == pytest.approx(method["options"]["learning_rate"])
     assert recipe.epochs == method["epochs"] and recipe.batch_size == method["batch_size"]
-    negatives = recipe.corpus_negatives
-    assert negatives == {"num_negatives": 1, "fallback": "pairs"} and "refresh_every_epochs" not in negatives
+    assert recipe.corpus_negatives == {"num_negatives": 1, "fallback": "pairs"}  # mined once: no refresh
 
 
 def test_the_derived_schedule_is_mnrls_and_flags_win(tmp_path):
