@@ -557,6 +557,39 @@ def summarize(records: list[dict], seeds: list[int]) -> dict:
     return out
 
 
+LABEL_OFFSETS = ((5, 4), (5, -11), (-5, 4), (-5, -11), (5, 13), (5, -20))  # points from the marker, tried in order
+
+
+def label_offsets(points: Sequence[tuple[float, float]], labels: Sequence[str], size: tuple[float, float] = (450.0, 300.0),
+                  char_width: float = 4.6, height: float = 9.0) -> list[tuple[int, int]]:
+    """Where to write each point's label, in points from its marker, so that no two labels overlap
+    where one of ``LABEL_OFFSETS`` allows it: greedy, left to right. ``points`` are data
+    coordinates, mapped onto an axes of ``size`` points; a label is ``char_width`` points a
+    character wide and ``height`` points high (fontsize 8)."""
+    if not points:
+        return []
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    span_x, span_y = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+    placed: list[tuple[float, float, float, float]] = []
+    chosen: list[tuple[int, int]] = [LABEL_OFFSETS[0]] * len(points)
+    for i in sorted(range(len(points)), key=lambda i: points[i]):
+        x = (points[i][0] - min(xs)) / span_x * size[0]
+        y = (points[i][1] - min(ys)) / span_y * size[1]
+        width = char_width * len(labels[i])
+        for dx, dy in LABEL_OFFSETS:
+            left = x + dx if dx >= 0 else x + dx - width
+            box = (left, y + dy, left + width, y + dy + height)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
+                break
+        else:
+            dx, dy = LABEL_OFFSETS[0]
+            left = x + dx
+            box = (left, y + dy, left + width, y + dy + height)
+        placed.append(box)
+        chosen[i] = (dx, dy)
+    return chosen
+
+
 def plot(summary: dict, path: Path) -> None:
     """Test nDCG@10 (mean ± std over seeds) against the cost of a run (training seconds, mining and
     refreshes included), one panel per setting; grey: sentence-transformers, blue: ours."""
@@ -571,12 +604,16 @@ def plot(summary: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, len(settings), figsize=(7.5 * len(settings), 5), squeeze=False)
     for ax, setting in zip(axes[0], settings):
         block = summary[setting]
+        points, labels = [], []
         for name, run in block["methods"].items():
             cost = run["train_seconds"]["mean"] + ((run.get("rows_seconds") or {}).get("mean") or 0.0)
             mean, std = run["test"]["ndcg_at_10"]["mean"], run["test"]["ndcg_at_10"]["std"]
             color = "tab:gray" if run["baseline"] else "tab:blue"
             ax.errorbar([cost], [mean], yerr=[std or 0.0], fmt="o", color=color, capsize=3)
-            ax.annotate(f"{name} ({len(run['seeds'])})", (cost, mean), textcoords="offset points", xytext=(5, 4), fontsize=8)
+            points.append((cost, mean))
+            labels.append(f"{name} ({len(run['seeds'])})")
+        for point, label, (dx, dy) in zip(points, labels, label_offsets(points, labels)):
+            ax.annotate(label, point, textcoords="offset points", xytext=(dx, dy), fontsize=8, ha="left" if dx >= 0 else "right")
         ax.axhline(block["untrained"]["test"]["ndcg_at_10"], color="k", linestyle="--", linewidth=1, label="untrained")
         ax.set_xlabel("seconds per run on this machine: mining + training (2 CPU cores)")
         ax.set_ylabel("test nDCG@10 (mean ± std; (n) seeds)")

@@ -25,9 +25,10 @@ logger = logging.getLogger(__name__)
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "eval",
-        help="evaluate a model on STS / classification / answer-selection tasks",
+        help="evaluate a model on STS / classification / answer-selection / retrieval tasks",
         description="Evaluate a model on registry tasks (test split): STS Spearman x100, "
-        "logistic-regression and k-NN accuracy, answer-selection MRR/MAP.",
+        "logistic-regression and k-NN accuracy, answer-selection MRR/MAP, retrieval nDCG@10 "
+        "(exact cosine search over the whole corpus, the MTEB protocol).",
     )
     add_model_argument(parser)
     add_tasks_argument(parser)
