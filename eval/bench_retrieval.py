@@ -557,36 +557,42 @@ def summarize(records: list[dict], seeds: list[int]) -> dict:
     return out
 
 
-LABEL_OFFSETS = ((5, 4), (5, -11), (-5, 4), (-5, -11), (5, 13), (5, -20))  # points from the marker, tried in order
+LABEL_OFFSETS = ((5, 4), (5, -11), (-5, 4), (-5, -11), (5, 13), (5, -20), (-5, 13), (-5, -20))  # points from the marker
 
 
-def label_offsets(points: Sequence[tuple[float, float]], labels: Sequence[str], size: tuple[float, float] = (450.0, 300.0),
-                  char_width: float = 4.6, height: float = 9.0) -> list[tuple[int, int]]:
-    """Where to write each point's label, in points from its marker, so that no two labels overlap
-    where one of ``LABEL_OFFSETS`` allows it: greedy, left to right. ``points`` are data
-    coordinates, mapped onto an axes of ``size`` points; a label is ``char_width`` points a
-    character wide and ``height`` points high (fontsize 8)."""
+def label_offsets(points: Sequence[tuple[float, float]], labels: Sequence[str],
+                  limits: tuple[tuple[float, float], tuple[float, float]] | None = None,
+                  size: tuple[float, float] = (450.0, 300.0), errors: Sequence[float] | None = None,
+                  char_width: float = 4.6, height: float = 9.0, marker: float = 4.0) -> list[tuple[int, int]]:
+    """Where to write each point's label, in points from its marker, so that no label covers another
+    label or a marker with its error bar and each stays inside the axes, where one of
+    ``LABEL_OFFSETS`` allows it: greedy, left to right. ``points`` (and ``errors``, the half-heights of the error bars) are in data coordinates,
+    mapped onto an axes of ``size`` points spanning ``limits`` (default: the points' own range); a
+    label is ``char_width`` points a character wide and ``height`` points high (fontsize 8)."""
     if not points:
         return []
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    span_x, span_y = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
-    placed: list[tuple[float, float, float, float]] = []
+    if limits is None:
+        limits = ((min(p[0] for p in points), max(p[0] for p in points)), (min(p[1] for p in points), max(p[1] for p in points)))
+    (x0, x1), (y0, y1) = limits
+    scale_x, scale_y = size[0] / ((x1 - x0) or 1.0), size[1] / ((y1 - y0) or 1.0)
+    at = [((px - x0) * scale_x, (py - y0) * scale_y) for px, py in points]
+    bars = [(e or 0.0) * scale_y for e in (errors or [0.0] * len(points))]
+    taken = [(x - marker, y - bar - marker, x + marker, y + bar + marker) for (x, y), bar in zip(at, bars)]
     chosen: list[tuple[int, int]] = [LABEL_OFFSETS[0]] * len(points)
     for i in sorted(range(len(points)), key=lambda i: points[i]):
-        x = (points[i][0] - min(xs)) / span_x * size[0]
-        y = (points[i][1] - min(ys)) / span_y * size[1]
+        x, y = at[i]
         width = char_width * len(labels[i])
-        for dx, dy in LABEL_OFFSETS:
+
+        def box(dx: int, dy: int) -> tuple[float, float, float, float]:
             left = x + dx if dx >= 0 else x + dx - width
-            box = (left, y + dy, left + width, y + dy + height)
-            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
-                break
-        else:
-            dx, dy = LABEL_OFFSETS[0]
-            left = x + dx
-            box = (left, y + dy, left + width, y + dy + height)
-        placed.append(box)
-        chosen[i] = (dx, dy)
+            return (left, y + dy, left + width, y + dy + height)
+
+        free = [offset for offset in LABEL_OFFSETS
+                if not any(b[0] < t[2] and t[0] < b[2] and b[1] < t[3] and t[1] < b[3] for b in [box(*offset)] for t in taken)]
+        inside = [offset for offset in free if 0 <= box(*offset)[0] and box(*offset)[2] <= size[0]
+                  and 0 <= box(*offset)[1] and box(*offset)[3] <= size[1]]
+        chosen[i] = (inside or free or LABEL_OFFSETS)[0]
+        taken.append(box(*chosen[i]))
     return chosen
 
 
@@ -602,24 +608,31 @@ def plot(summary: dict, path: Path) -> None:
     if not settings:
         return
     fig, axes = plt.subplots(1, len(settings), figsize=(7.5 * len(settings), 5), squeeze=False)
+    panels = []
     for ax, setting in zip(axes[0], settings):
         block = summary[setting]
-        points, labels = [], []
+        points, labels, errors = [], [], []
         for name, run in block["methods"].items():
             cost = run["train_seconds"]["mean"] + ((run.get("rows_seconds") or {}).get("mean") or 0.0)
             mean, std = run["test"]["ndcg_at_10"]["mean"], run["test"]["ndcg_at_10"]["std"]
             color = "tab:gray" if run["baseline"] else "tab:blue"
             ax.errorbar([cost], [mean], yerr=[std or 0.0], fmt="o", color=color, capsize=3)
             points.append((cost, mean))
+            errors.append(std or 0.0)
             labels.append(f"{name} ({len(run['seeds'])})")
-        for point, label, (dx, dy) in zip(points, labels, label_offsets(points, labels)):
-            ax.annotate(label, point, textcoords="offset points", xytext=(dx, dy), fontsize=8, ha="left" if dx >= 0 else "right")
         ax.axhline(block["untrained"]["test"]["ndcg_at_10"], color="k", linestyle="--", linewidth=1, label="untrained")
         ax.set_xlabel("seconds per run on this machine: mining + training (2 CPU cores)")
         ax.set_ylabel("test nDCG@10 (mean ± std; (n) seeds)")
         ax.set_title(f"{setting}: grey = sentence-transformers, blue = contrastive_bert")
         ax.legend(loc="lower right")
+        panels.append((ax, points, labels, errors))
     fig.tight_layout()
+    for ax, points, labels, errors in panels:  # labels placed on the final axes
+        extent = ax.get_window_extent()
+        size = (extent.width * 72 / fig.dpi, extent.height * 72 / fig.dpi)
+        offsets = label_offsets(points, labels, (ax.get_xlim(), ax.get_ylim()), size, errors)
+        for point, label, (dx, dy) in zip(points, labels, offsets):
+            ax.annotate(label, point, textcoords="offset points", xytext=(dx, dy), fontsize=8, ha="left" if dx >= 0 else "right")
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
