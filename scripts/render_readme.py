@@ -54,10 +54,11 @@ def paired(diff: object) -> str:
 RETRIEVAL_STANDINGS = ("scifact", "nfcorpus_cpu")  # retrieval_quality.json's settings with a README row
 
 
-def retrieval_standing(results: Results, setting: str = "scifact") -> list[str] | None:
+def retrieval_standing(results: Results, setting: str = "scifact", partial: bool = True) -> list[str] | None:
     """The README row of retrieval_quality.json's ``verdict``: the best sentence-transformers method
     and the best of ours, both chosen on dev, test nDCG@10, ours minus theirs paired by seed (or,
-    while seeds are pending, the seed-0 figures said as such)."""
+    while seeds are pending, the seed-0 figures said as such); without ``partial``, no row until
+    both sides have a run."""
     if not results.has("retrieval_quality") or setting not in results["retrieval_quality"]:
         return None
     block = results["retrieval_quality"][setting]
@@ -74,6 +75,8 @@ def retrieval_standing(results: Results, setting: str = "scifact") -> list[str] 
         return f"{label} {fmt(methods[name]['test']['ndcg_at_10'], seeds=True)}"
 
     if ours is None:
+        if not partial:
+            return None
         return [what, cell(theirs), "not run yet", "", link("retrieval_quality", "eval/results")]
     so_far = verdict.get("ours_minus_baseline")
     if verdict.get("pending") and so_far and so_far.get("seeds"):  # paired on the seeds both have
@@ -98,8 +101,8 @@ def standings_table(results: Results) -> str:
         b = lookup(data, ours)
         rows.append([what, f"{their_label} {fmt(a)}", f"{our_label} {fmt(b)}", f"{mean_of(b) - mean_of(a):+.2f}",
                      link(stem, "eval/results")])
-    for setting in RETRIEVAL_STANDINGS:  # a setting's row appears once its verdict has a baseline
-        retrieval = retrieval_standing(results, setting)
+    for setting in RETRIEVAL_STANDINGS:  # the first setting's row from its first run, the others' once both sides ran
+        retrieval = retrieval_standing(results, setting, partial=setting == RETRIEVAL_STANDINGS[0])
         if retrieval is not None:
             rows.append(retrieval)
     return table(["measured on", "baseline (sentence-transformers' loss; labelled data: the better of CE and CE + SupCon)",

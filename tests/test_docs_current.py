@@ -142,18 +142,21 @@ def test_retrieval_standing_pairs_ours_with_the_best_baseline_by_seed(tmp_path):
     assert render_readme.retrieval_standing(results)[3] == "+0.83 (seeds pending)"
 
 
-def test_nfcorpus_gets_its_own_standings_row_named_by_its_protocol_once_it_has_a_baseline(tmp_path):
+def test_nfcorpus_gets_its_own_standings_row_named_by_its_protocol_once_both_sides_ran(tmp_path):
     stat = lambda values: {"mean": sum(values) / len(values), "std": 0.0, "values": values}  # noqa: E731
-    block = {"untrained": {"test": {"ndcg_at_10": 31.59}}, "methods": {}, "verdict": {"baseline": None, "pending": True}}
+    block = {"untrained": {"test": {"ndcg_at_10": 31.59}}, "methods": {"mnrl": {"baseline": True, "test": {"ndcg_at_10": stat([33.0])}}},
+             "verdict": {"baseline": "mnrl", "ours": None, "pending": True}}
     results = _results(tmp_path, {"retrieval_quality": {"nfcorpus_cpu": block}})
-    assert "nfcorpus_cpu" in render_readme.RETRIEVAL_STANDINGS
-    assert render_readme.retrieval_standing(results, "nfcorpus_cpu") is None  # nothing trained: no row
-    block["methods"]["mnrl"] = {"baseline": True, "test": {"ndcg_at_10": stat([33.0])}}
-    block["verdict"]["baseline"] = "mnrl"
+    assert render_readme.RETRIEVAL_STANDINGS == ("scifact", "nfcorpus_cpu")
+    assert render_readme.retrieval_standing(results, "nfcorpus_cpu")[2] == "not run yet"
+    assert render_readme.retrieval_standing(results, "nfcorpus_cpu", partial=False) is None  # the README waits for ours
+    block["methods"]["mnrl_corpus_mined"] = {"baseline": False, "test": {"ndcg_at_10": stat([34.5])}}
+    block["verdict"].update(ours="mnrl_corpus_mined", ours_minus_baseline={"mean": 1.5, "std": 0.0, "seeds": [0], "seeds_won": 1})
     results = _results(tmp_path, {"retrieval_quality": {"nfcorpus_cpu": block}})
-    assert render_readme.retrieval_standing(results, "nfcorpus_cpu")[:3] == [
+    assert render_readme.retrieval_standing(results, "nfcorpus_cpu", partial=False)[:4] == [
         "NFCorpus (CPU protocol: 1 epoch, one positive per query) test nDCG@10 (dev-chosen; untrained 31.59)",
-        "MNRL 33.00 ± 0.00 (1)", "not run yet"]
+        "MNRL 33.00 ± 0.00 (1)", "MNRL on corpus-mined triplets (ours, no queue) 34.50 ± 0.00 (1)",
+        "+1.50 at seed 0, paired (seeds pending)"]
 
 
 def test_readme_standings_need_their_markers(tmp_path):
