@@ -566,9 +566,10 @@ def label_offsets(points: Sequence[tuple[float, float]], labels: Sequence[str],
                   char_width: float = 4.6, height: float = 9.0, marker: float = 4.0) -> list[tuple[int, int]]:
     """Where to write each point's label, in points from its marker, so that no label covers another
     label or a marker with its error bar and each stays inside the axes, where one of
-    ``LABEL_OFFSETS`` allows it: greedy, left to right. ``points`` (and ``errors``, the half-heights of the error bars) are in data coordinates,
-    mapped onto an axes of ``size`` points spanning ``limits`` (default: the points' own range); a
-    label is ``char_width`` points a character wide and ``height`` points high (fontsize 8)."""
+    ``LABEL_OFFSETS`` allows it: greedy, left to right. ``points`` and ``errors`` (the error bars'
+    half-heights) are data coordinates, mapped onto an axes of ``size`` points spanning ``limits``
+    (default: the points' own range); a label is ``char_width`` points a character wide and
+    ``height`` points high (fontsize 8)."""
     if not points:
         return []
     if limits is None:
@@ -587,10 +588,10 @@ def label_offsets(points: Sequence[tuple[float, float]], labels: Sequence[str],
             left = x + dx if dx >= 0 else x + dx - width
             return (left, y + dy, left + width, y + dy + height)
 
-        free = [offset for offset in LABEL_OFFSETS
-                if not any(b[0] < t[2] and t[0] < b[2] and b[1] < t[3] and t[1] < b[3] for b in [box(*offset)] for t in taken)]
-        inside = [offset for offset in free if 0 <= box(*offset)[0] and box(*offset)[2] <= size[0]
-                  and 0 <= box(*offset)[1] and box(*offset)[3] <= size[1]]
+        boxes = {offset: box(*offset) for offset in LABEL_OFFSETS}
+        free = [offset for offset, b in boxes.items() if not any(b[0] < t[2] and t[0] < b[2] and b[1] < t[3] and t[1] < b[3] for t in taken)]
+        inside = [offset for offset in free if 0 <= boxes[offset][0] and boxes[offset][2] <= size[0]
+                  and 0 <= boxes[offset][1] and boxes[offset][3] <= size[1]]
         chosen[i] = (inside or free or LABEL_OFFSETS)[0]
         taken.append(box(*chosen[i]))
     return chosen
