@@ -561,19 +561,15 @@ LABEL_OFFSETS = ((5, 4), (5, -11), (-5, 4), (-5, -11), (5, 13), (5, -20), (-5, 1
 
 
 def label_offsets(points: Sequence[tuple[float, float]], labels: Sequence[str],
-                  limits: tuple[tuple[float, float], tuple[float, float]] | None = None,
-                  size: tuple[float, float] = (450.0, 300.0), errors: Sequence[float] | None = None,
+                  limits: tuple[tuple[float, float], tuple[float, float]], size: tuple[float, float],
+                  errors: Sequence[float] | None = None,
                   char_width: float = 4.6, height: float = 9.0, marker: float = 4.0) -> list[tuple[int, int]]:
     """Where to write each point's label, in points from its marker, so that no label covers another
     label or a marker with its error bar and each stays inside the axes, where one of
     ``LABEL_OFFSETS`` allows it: greedy, left to right. ``points`` and ``errors`` (the error bars'
     half-heights) are data coordinates, mapped onto an axes of ``size`` points spanning ``limits``
-    (default: the points' own range); a label is ``char_width`` points a character wide and
-    ``height`` points high (fontsize 8)."""
-    if not points:
-        return []
-    if limits is None:
-        limits = ((min(p[0] for p in points), max(p[0] for p in points)), (min(p[1] for p in points), max(p[1] for p in points)))
+    ((x0, x1), (y0, y1)); a label is ``char_width`` points a character wide and ``height`` points
+    high (fontsize 8)."""
     (x0, x1), (y0, y1) = limits
     scale_x, scale_y = size[0] / ((x1 - x0) or 1.0), size[1] / ((y1 - y0) or 1.0)
     at = [((px - x0) * scale_x, (py - y0) * scale_y) for px, py in points]
@@ -593,7 +589,7 @@ def label_offsets(points: Sequence[tuple[float, float]], labels: Sequence[str],
         inside = [offset for offset in free if 0 <= boxes[offset][0] and boxes[offset][2] <= size[0]
                   and 0 <= boxes[offset][1] and boxes[offset][3] <= size[1]]
         chosen[i] = (inside or free or LABEL_OFFSETS)[0]
-        taken.append(box(*chosen[i]))
+        taken.append(boxes[chosen[i]])
     return chosen
 
 
