@@ -183,6 +183,10 @@ def test_a_following_setting_runs_the_followed_choices_at_every_seed_and_the_ord
     assert grid.plan(log, settings=["s2"]) == []  # the followed choice of b is not made
     log.update(_log(grid, {Run("s1", "b", 1, 0): 60.0}))
     assert grid.chosen(log, "s2", grid.method("a")) == 1 and grid.dev_runs("s2", grid.method("a"), log) == []
+    log.update(_log(grid, {Run("s2", "a", 1, 0): 50.0}))
+    entry = grid.entry(log, "s2", grid.method("a"), test=lambda record: {"score": record["test"]})
+    assert (entry["chosen_on_dev"]["config"], entry["chosen_on_dev"]["configs_tried"], entry["chosen_on_dev"]["configs_planned"]) == (1, 1, 1)
+    del log[grid.key(Run("s2", "a", 1, 0))]
     assert [(r.method, r.config, r.seed) for r in grid.plan(log, settings=["s2"])] == [("b", 0, 0), ("a", 1, 0), ("b", 0, 1), ("a", 1, 1)]
     only_b = replace(grid, select={"s2": lambda scores: ["b"]})
     assert only_b.final_runs(log, "s2", only_b.method("a"), 1) == []  # not picked: no run, and no entry

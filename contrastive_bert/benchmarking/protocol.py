@@ -322,7 +322,8 @@ class Grid:
         dev_run = self._record(log, self.dev_runs(setting, method, log)[config]) if scores else (seeds[0] if seeds else None)
         entry: dict[str, Any] = {
             "chosen_on_dev": {"config": config, "options": self.options(log, setting, method, config),
-                              "configs_tried": len(scores) if scores else 1, "configs_planned": len(method.configs),
+                              "configs_tried": len(scores) if scores else 1,
+                              "configs_planned": 1 if setting in self.follows else len(method.configs),
                               "dev_by_config": {str(c): s for c, s in scores.items()},
                               "options_by_config": {str(c): self.options(log, setting, method, c) for c in scores}},
             "dev": None,
