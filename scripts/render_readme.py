@@ -66,9 +66,10 @@ def retrieval_standing(results: Results, setting: str = "scifact", partial: bool
     theirs, ours = verdict.get("baseline"), verdict.get("ours")
     if theirs is None:
         return None
-    name = {"scifact": "SciFact", "nfcorpus": "NFCorpus",
-            "nfcorpus_cpu": "NFCorpus (CPU protocol: 1 epoch, one positive per query)"}.get(setting, setting)
-    what = f"{name} test nDCG@10 (dev-chosen; untrained {fmt(block['untrained']['test']['ndcg_at_10'])})"
+    names = {"scifact": "SciFact", "nfcorpus": "NFCorpus", "nfcorpus_cpu": "NFCorpus (CPU protocol: 1 epoch, one positive per query)"}
+    source = (block.get("protocol") or {}).get("follows")  # a following setting trains its source's dev choices
+    chosen = f"configurations chosen on {names.get(source, source)}'s dev" if source else "dev-chosen"
+    what = f"{names.get(setting, setting)} test nDCG@10 ({chosen}; untrained {fmt(block['untrained']['test']['ndcg_at_10'])})"
 
     def cell(name: str) -> str:
         label = RETRIEVAL_LABELS.get(name, f"`{name}`").removesuffix(" (ST)")

@@ -145,6 +145,7 @@ def test_retrieval_standing_pairs_ours_with_the_best_baseline_by_seed(tmp_path):
 def test_nfcorpus_gets_its_own_standings_row_named_by_its_protocol_once_both_sides_ran(tmp_path):
     stat = lambda values: {"mean": sum(values) / len(values), "std": 0.0, "values": values}  # noqa: E731
     block = {"untrained": {"test": {"ndcg_at_10": 31.59}}, "methods": {"mnrl": {"baseline": True, "test": {"ndcg_at_10": stat([33.0])}}},
+             "protocol": {"follows": "scifact"},
              "verdict": {"baseline": "mnrl", "ours": None, "pending": True}}
     results = _results(tmp_path, {"retrieval_quality": {"nfcorpus_cpu": block}})
     assert render_readme.RETRIEVAL_STANDINGS == ("scifact", "nfcorpus_cpu")
@@ -154,7 +155,7 @@ def test_nfcorpus_gets_its_own_standings_row_named_by_its_protocol_once_both_sid
     block["verdict"].update(ours="mnrl_corpus_mined", ours_minus_baseline={"mean": 1.5, "std": 0.0, "seeds": [0], "seeds_won": 1})
     results = _results(tmp_path, {"retrieval_quality": {"nfcorpus_cpu": block}})
     assert render_readme.retrieval_standing(results, "nfcorpus_cpu", partial=False)[:4] == [
-        "NFCorpus (CPU protocol: 1 epoch, one positive per query) test nDCG@10 (dev-chosen; untrained 31.59)",
+        "NFCorpus (CPU protocol: 1 epoch, one positive per query) test nDCG@10 (configurations chosen on SciFact's dev; untrained 31.59)",
         "MNRL 33.00 ± 0.00 (1)", "MNRL on corpus-mined triplets (ours, no queue) 34.50 ± 0.00 (1)",
         "+1.50 at seed 0, paired (seeds pending)"]
 
