@@ -29,7 +29,7 @@ from render_labels import (ACL_COST_LABELS, ACL_LABELS, ACL_OPTIONS, ACL_SHORT_L
                            EXIT_METHODS, GENERAL_LABELS, PAIR_LABELS, QUEUE_MEMORY_LABELS, QUEUE_QUALITY_LABELS,
                            RETRIEVAL_LABELS, TOPK_LABELS, ZERO_SHOT_LABELS)
 from render_readme import paired, render_readme, table_acl_verdict  # noqa: F401 (table_acl_verdict: also a table of docs/results.md)
-from render_table import Column, Table, benchmark_table, per_key
+from render_table import Column, Table, benchmark_table, cell, per_key
 from render_values import GENERATED, Results, fmt, is_stat, link, lookup, mean_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,7 +135,8 @@ def table_retrieval_parts(results: Results, setting: str = "scifact") -> str:
 
 QUEUE_DIAGNOSIS_COLUMNS = [
     Column("configuration", "", lambda run: options_text({**run["options"], "learning_rate": run["learning_rate"]})),
-    Column("dev nDCG@10", "dev_ndcg_at_10"), Column("last loss", "last_loss"), Column("steps with a full queue", "steps_with_full_queue"),
+    Column("dev nDCG@10", "dev_ndcg_at_10"), Column("last loss", "last_loss"),
+    Column("steps with a full queue", "steps_with_full_queue", lambda steps: steps if isinstance(steps, str) else cell(steps)),
     Column("hard negatives judged relevant", "full.hard_relevant", "{:.1%}"),
     Column("plain queue negatives judged relevant", "full.queue_relevant", "{:.1%}"), Column("hard: age (steps)", "full.age", ".1f"),
     Column("hard: positive − hard cosine", "full.gap", ".3f"), Column("distinct texts among the hard", "full.distinct"),
@@ -143,12 +144,23 @@ QUEUE_DIAGNOSIS_COLUMNS = [
 ]
 
 
+def _probe_window(run: Mapping) -> Mapping:
+    """The probe figures a run's row shows: those over the steps with a full queue; for a run whose
+    queue never filled (NFCorpus's one short epoch), its last third's, said so in the steps cell."""
+    if run.get("steps_with_full_queue") or not run.get("thirds"):
+        return run
+    last = run["thirds"][-1]
+    size = run.get("options", {}).get("queue_size")
+    return {**run, "full": last, "steps_with_full_queue": f"0 (last third shown: {fmt(last['fill'], '.0f')} of {size} rows filled)"}
+
+
 def table_retrieval_queue_diagnosis(results: Results) -> str:
     """retrieval_quality.json ``queue_diagnosis``: per queue run (of any setting), what its hard
-    negatives were over the steps with a full queue (QueueNegativeProbe)."""
+    negatives were over the steps with a full queue, or over the last third of a run whose queue
+    never filled (QueueNegativeProbe)."""
     if not results.has("retrieval_quality"):
         return "*Not run yet.*"
-    runs = {f"{setting}/{key}": run for setting, block in results["retrieval_quality"].items() if isinstance(block, Mapping)
+    runs = {f"{setting}/{key}": _probe_window(run) for setting, block in results["retrieval_quality"].items() if isinstance(block, Mapping)
             for key, run in (block.get("queue_diagnosis") or {}).items()}
     return benchmark_table(runs, QUEUE_DIAGNOSIS_COLUMNS, first="run (method/config/seed)") if runs else "*No queue run has finished yet.*"
 

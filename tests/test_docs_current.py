@@ -119,6 +119,14 @@ def test_retrieval_table_is_rendered_from_the_file_shape(tmp_path):
     assert render_docs.table_retrieval_queue_diagnosis(results).splitlines()[2] == (
         "| scifact/queue_hard/0/0 | temperature 0.05, miner.range_max 100, lr 2e-05 | 63.34 | 2.55 | 40 | 12.5% | 1.0% "
         "| 12.2 | 0.051 | 0.50 | 22.8 |")
+    # a run whose queue never filled shows its last third, said so
+    diagnosis = results["retrieval_quality"]["scifact"]["queue_diagnosis"]["queue_hard/0/0"]
+    diagnosis.update(steps_with_full_queue=0, full={key: None for key in diagnosis["full"]},
+                     thirds=[{"fill": 144.0, "age": 2.5}, {"fill": 640.0, "hard_relevant": 0.0775, "age": 6.5, "gap": 0.128, "distinct": 0.95}])
+    diagnosis["options"]["queue_size"] = 1024
+    assert render_docs.table_retrieval_queue_diagnosis(results).splitlines()[2] == (
+        "| scifact/queue_hard/0/0 | temperature 0.05, miner.range_max 100, queue_size 1024, lr 2e-05 | 63.34 | 2.55 "
+        "| 0 (last third shown: 640 of 1024 rows filled) | 7.8% |  | 6.5 | 0.128 | 0.95 |  |")
 
 
 def test_retrieval_standing_pairs_ours_with_the_best_baseline_by_seed(tmp_path):
