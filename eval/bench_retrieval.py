@@ -39,14 +39,12 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import logging
 import math
 import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,41 +59,28 @@ from contrastive_bert.benchmarking import (
     setup_from_args,
     write_results,
 )
+from contrastive_bert.benchmarking import retrieval_runs
 from contrastive_bert.benchmarking.protocol import Grid, Method, Run, paired_difference
-from contrastive_bert.benchmarking.rows_cache import RowsCache
-from contrastive_bert.data import load_dataset
-from contrastive_bert.data.beir import RetrievalData
-from contrastive_bert.data.training_pairs import retrieval_pairs
-from contrastive_bert.evaluation.beir_evaluation import evaluate_retrieval_splits
-from contrastive_bert.inference.general_ability import general_ability
-from contrastive_bert.models import load_model, resolve_model_name
+from contrastive_bert.benchmarking.retrieval_runs import (
+    CORPUS_MINER,
+    MAX_SEQ_LENGTH,
+    METRICS,
+    ROWS_CACHE,
+    RetrievalProtocol,
+    TrainingRows,
+)
 from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
 from contrastive_bert.training.corpus_refresh import CorpusNegativeRefresh
-from contrastive_bert.training.queue_probe import QueueNegativeProbe, text_ids
+from contrastive_bert.training.queue_probe import QueueNegativeProbe
 
 logger = logging.getLogger("bench_retrieval")
 RESULTS = Path(__file__).resolve().parent / "results"
 EPOCHS = 3
 BATCH_SIZE = 32
 CACHED_BATCH_SIZE = 128
-MAX_SEQ_LENGTH = 256
-ROWS_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "contrastive_bert" / "bench_retrieval_rows"
 
 
-@dataclass(frozen=True)
-class Protocol:
-    """How a setting trains: its data set, epochs and positives per query. A setting that
-    ``follows`` another runs no grid of its own: it trains the other's choices (see
-    :func:`followed_rows`) at their dev-chosen configurations, every seed."""
-
-    data: str
-    epochs: int = EPOCHS
-    max_positives: int = 4
-    follows: str | None = None
-    note: str = ""
-    dev_queries: int = 0  # queries judged in the dev split (a test checks it against the data)
-
-
+Protocol = RetrievalProtocol
 PROTOCOLS = {
     "scifact": Protocol("scifact", dev_queries=81, note="the grid: every method, its configurations on dev, seeds for the decisive rows"),
     "nfcorpus": Protocol("nfcorpus", dev_queries=324, note="the full protocol (the GPU bundle's block)"),
@@ -145,7 +130,6 @@ def _configs(own: dict[str, Any], extra: dict[str, Any] | None = None) -> tuple[
 
 
 QUEUE = {"temperature": 0.05, "queue_size": 1024, "num_hard_negatives": 8}
-CORPUS_MINER = {"range_max": 100, "perc_pos": 0.95, "sampling": "top", "batch_size": 64}
 ST_RANGE = {"range_max": 100, "relative_margin": 0.05, "sampling_strategy": "top"}
 ST_DOCUMENTED = {"range_min": 10, "range_max": 50, "max_score": 0.8, "relative_margin": 0.05, "sampling_strategy": "random"}
 METHODS: dict[str, Method] = {
@@ -173,7 +157,6 @@ METHODS: dict[str, Method] = {
     "cached_mnrl": method("cached_mnrl", "cached_mnrl", True, _configs({"scale": 20.0, "mini_batch_size": 32}),
                           batch_size=CACHED_BATCH_SIZE, note="CachedMNRL (GradCache), batch 128"),
 }
-METRICS = ("ndcg_at_10", "map_at_100", "mrr_at_10", "recall_at_100")
 
 
 def run_key(setting: str, method: str, config: int, seed: int) -> str:
@@ -241,131 +224,21 @@ def grid(settings: Sequence[str] = SETTINGS, seeds: Sequence[int] = (0, 1, 2)) -
                 order=run_order(list(settings), list(seeds)))
 
 
-@dataclass
-class Context:
-    """What every run of a setting shares: the data, cached training rows, the general block of
-    the untrained model."""
+class Context(TrainingRows):
+    """The data and training rows every run of a setting shares (:class:`TrainingRows` over :data:`PROTOCOLS`)."""
 
-    args: argparse.Namespace
-    data: dict[str, RetrievalData] = field(default_factory=dict)
-    rows: dict[tuple[str, str], Any] = field(default_factory=dict)
-
-    def retrieval(self, setting: str) -> RetrievalData:
-        name = PROTOCOLS[setting].data
-        if name not in self.data:
-            self.data[name] = RetrievalData.from_splits(load_dataset(name, data_dir=self.args.data_dir))
-        return self.data[name]
-
-    def train_rows(self, setting: str, kind: str, miner: dict[str, Any] | None = None):
-        """The training rows (the same for every seed; the trainer shuffles them by its seed), the
-        seconds it took to make them (mining included; 0 when made earlier in this process) and
-        whether they came from the rows cache (then the seconds are the first mining's)."""
-        key = (setting, kind, json.dumps(miner or {}, sort_keys=True))
-        if key not in self.rows:
-            cache = rows_cache_folder(self.args.rows_cache, setting, kind, miner, self.args.dry_run)
-            hit = RowsCache.load(cache)
-            if hit is not None:
-                self.rows[key] = (*hit, True)
-                logger.info("%s rows of %s from the rows cache %s (mined once in %.0f s)", kind, setting, cache, hit[1])
-                return self.rows[key]
-            start = time.perf_counter()
-            data = self.retrieval(setting)
-            positives = PROTOCOLS[setting].max_positives
-            if kind == "pairs":
-                rows = retrieval_pairs(data, "train", positives)
-            elif kind == "st_mined":
-                rows = _st_mined(data, self.args.device, miner or {}, positives)
-            elif kind == "corpus_mined":
-                from contrastive_bert.corpus_mining import mine_corpus_negatives
-
-                model = _base_model(self.args.device)
-                rows = mine_corpus_negatives(model, data, "train", num_negatives=1, max_positives_per_query=positives, **CORPUS_MINER)
-            else:
-                raise ValueError(f"rows: unknown training rows {kind!r}")
-            seconds = time.perf_counter() - start
-            RowsCache.save(cache, rows, seconds, threads=torch.get_num_threads())
-            self.rows[key] = (rows, seconds, False)
-        return self.rows[key]
+    def __init__(self, args: argparse.Namespace, data: dict[str, Any] | None = None) -> None:
+        super().__init__(args, PROTOCOLS, {} if data is None else data)
 
 
 def rows_cache_folder(root: str | None, setting: str, kind: str, miner: dict[str, Any] | None, dry_run: bool) -> Path | None:
-    """Where mined training rows are kept between runs (None: pair rows, which cost nothing, or no
-    cache). The rows depend only on the data, the frozen base model and the miner settings, so
-    every run (and every ``--max-runs 1`` process of a loop) mines once; the folder name hashes
-    everything they depend on: the base model's files ($CONTRASTIVE_BERT_DEFAULT_MODEL may swap it) and the
-    versions of both miners included."""
-    if kind == "pairs":
-        return None
-    from importlib.metadata import version
-
-    identity = {"setting": setting, "data": PROTOCOLS[setting].data, "max_positives": PROTOCOLS[setting].max_positives,
-                "kind": kind, "miner": miner or {}, "corpus_miner": CORPUS_MINER if kind == "corpus_mined" else None,
-                "max_seq_length": MAX_SEQ_LENGTH, "dry_run": bool(dry_run),
-                "model": _base_model_files(), "versions": {name: version(name) for name in ("sentence-transformers", "contrastive-bert")}}
-    return RowsCache(root).folder(f"{setting}-{kind}", identity)
-
-
-def _base_model_files() -> dict[str, Any]:
-    """The base model's folder and its files' sizes: what tells one base model from another."""
-    folder = Path(resolve_model_name("default"))
-    return {"folder": str(folder), "files": sorted((str(p.relative_to(folder)), p.stat().st_size)
-                                                    for p in folder.rglob("*") if p.is_file())}
-
-
-def _base_model(device: str):
-    model = load_model("default", device=device)
-    positions = getattr(getattr(model[0], "auto_model", None), "config", None)
-    limit = getattr(positions, "max_position_embeddings", MAX_SEQ_LENGTH)
-    model.max_seq_length = min(MAX_SEQ_LENGTH, limit)  # a small test model (dry runs) has fewer positions
-    return model
-
-
-def _st_mined(data: RetrievalData, device: str, miner: dict[str, Any], max_positives: int):
-    """sentence-transformers' ``mine_hard_negatives`` with ``miner``'s settings (candidate range,
-    margins, sampling), one negative per pair, over the whole corpus."""
-    from sentence_transformers.util import mine_hard_negatives
-
-    from contrastive_bert.queue_search import faiss_available
-
-    pairs = retrieval_pairs(data, "train", max_positives)
-    return mine_hard_negatives(pairs, _base_model(device), anchor_column_name="anchor", positive_column_name="positive",
-                               corpus=list(data.corpus.values()), num_negatives=1, batch_size=64, use_faiss=faiss_available(),
-                               output_format="triplet", verbose=False, **miner)
-
-
-def relevance_by_text_id(model, data: RetrievalData) -> dict[int, set[int]]:
-    """Query text id -> text ids of the documents judged relevant to it in any split, as the queue
-    losses id their rows: what lets the probe count the queue's false negatives."""
-    judged = [(q, d) for split in data.qrels.values() for q, docs in split.items() for d, grade in docs.items() if grade > 0]
-    queries = sorted({q for q, _ in judged})
-    documents = sorted({d for _, d in judged})
-    query_ids = dict(zip(queries, text_ids(model, [data.queries[q] for q in queries]).tolist()))
-    document_ids = dict(zip(documents, text_ids(model, [data.corpus[d] for d in documents]).tolist()))
-    relevant: dict[int, set[int]] = {}
-    for q, d in judged:
-        relevant.setdefault(query_ids[q], set()).add(document_ids[d])
-    return relevant
-
-
-def _peak_rss_mb() -> float:
-    """The process's peak resident memory so far, in MiB (Linux reports KiB)."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """:func:`contrastive_bert.benchmarking.retrieval_runs.rows_cache_folder` of a setting of :data:`PROTOCOLS`."""
+    return retrieval_runs.rows_cache_folder(root, setting, PROTOCOLS[setting], kind, miner, dry_run)
 
 
 def score(model, setting: str, ctx: Context) -> dict[str, Any]:
     """Dev and test retrieval metrics (one corpus encoding) and the general-ability block."""
-    args = ctx.args
-    eval_rows = DRY_RUN_STEPS * 8 if args.dry_run else None
-    data = ctx.retrieval(setting)
-    metrics = evaluate_retrieval_splits(model, data, ("validation", "test"), max_queries=eval_rows, batch_size=64)
-    keep = ("ndcg_at_10", "map_at_100", "mrr_at_10", "recall_at_100")
-    return {
-        "dev": {m: metrics["validation"][m] for m in keep},
-        "test": {m: metrics["test"][m] for m in keep},
-        "general": general_ability(model, args.data_dir, max_rows=eval_rows),
-    }
+    return retrieval_runs.score(model, ctx.retrieval(setting), ctx.args)
 
 
 def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context) -> dict:
@@ -377,7 +250,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     miner = config.pop("miner", None)
     rows, rows_seconds, rows_cached = ctx.train_rows(setting, method.rows, miner)
     torch.manual_seed(seed)
-    model = _base_model(args.device)
+    model = retrieval_runs.base_model(args.device)
     recipe = TrainingRecipe(
         datasets=[PROTOCOLS[setting].data], loss=method.loss, loss_options=dict(config), epochs=PROTOCOLS[setting].epochs,
         max_steps=DRY_RUN_STEPS if args.dry_run else -1, batch_size=batch_size, learning_rate=learning_rate,
@@ -386,7 +259,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     )
     entry = get_loss_entry(method.loss)
     loss = entry.build(model, rows, recipe)
-    probe = QueueNegativeProbe(loss, relevance_by_text_id(model, ctx.retrieval(setting))) if hasattr(loss, "miner") else None
+    probe = QueueNegativeProbe(loss, retrieval_runs.relevance_by_text_id(model, ctx.retrieval(setting))) if hasattr(loss, "miner") else None
     refresh = None
     if method.fields["refresh"]:  # the same mining rule as the rows' first mining, with the model being trained
         refresh = CorpusNegativeRefresh(model, ctx.retrieval(setting), rows, max_positives_per_query=PROTOCOLS[setting].max_positives,
@@ -399,7 +272,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
     seconds = time.perf_counter() - start
     if probe is not None:
         probe.close()
-    peak_mb = _peak_rss_mb()
+    peak_mb = retrieval_runs.peak_rss_mb()
     load = os.getloadavg()[2]  # 15-minute load at the end of training: above ~2.5 others shared the 2 cores
     if trainer.state.global_step == 0:
         raise RuntimeError(f"{setting}/{name}: no training step was taken (batch size {batch_size}, {len(rows)} rows)")
@@ -418,7 +291,7 @@ def run_one(setting: str, name: str, config_index: int, seed: int, ctx: Context)
 
 
 def _untrained(setting: str, ctx: Context) -> dict:
-    record = score(_base_model(ctx.args.device), setting, ctx)
+    record = score(retrieval_runs.base_model(ctx.args.device), setting, ctx)
     return {"setting": setting, "method": "untrained", "dry_run": bool(ctx.args.dry_run), **record}
 
 

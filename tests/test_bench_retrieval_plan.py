@@ -294,6 +294,7 @@ def test_mined_rows_are_mined_once_across_processes(bench, monkeypatch, tmp_path
     import datasets
 
     import contrastive_bert.corpus_mining
+    from contrastive_bert.benchmarking import retrieval_runs
 
     calls = []
 
@@ -302,7 +303,7 @@ def test_mined_rows_are_mined_once_across_processes(bench, monkeypatch, tmp_path
         return datasets.Dataset.from_dict({"anchor": ["q1", "q2"], "positive": ["d1", "d2"], "negative": ["d9", "d8"]})
 
     monkeypatch.setattr(contrastive_bert.corpus_mining, "mine_corpus_negatives", mine)
-    monkeypatch.setattr(bench, "_base_model", lambda device: None)
+    monkeypatch.setattr(retrieval_runs, "base_model", lambda device: None)
     args = argparse.Namespace(rows_cache=str(tmp_path / "cache"), dry_run=False, device="cpu", data_dir=None)
     first = bench.Context(args, data={"scifact": None})
     rows, seconds, cached = first.train_rows("scifact", "corpus_mined")
