@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 from transformers import TrainerCallback
 
+from contrastive_bert.losses.optimizer_step import is_optimizer_sync_step
 from contrastive_bert.models import unwrap_model
 
 logger = logging.getLogger(__name__)
@@ -74,17 +75,6 @@ def gradient_angle(
         return float("nan"), float("nan"), norm_a, norm_b
     cosine = max(-1.0, min(1.0, dot / (norm_a * norm_b)))
     return math.degrees(math.acos(cosine)), cosine, norm_a, norm_b
-
-
-def is_optimizer_sync_step() -> bool:
-    """True on the last micro-batch of an optimizer step (accelerate's ``sync_gradients``);
-    True outside an accelerate-driven loop."""
-    try:
-        from accelerate.state import GradientState
-    except ImportError:  # pragma: no cover - accelerate is a dependency of the trainer
-        return True
-    state = GradientState._shared_state
-    return bool(state.get("sync_gradients", True)) if state else True
 
 
 class GradientAngleCallback(TrainerCallback):

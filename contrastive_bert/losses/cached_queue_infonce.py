@@ -101,7 +101,7 @@ class CachedQueueInfoNCELoss(CachedLossMixin, nn.Module):
         self.show_progress_bar = show_progress_bar
         self._pending: StepInputs | None = None
         self._last_parts: dict[str, Tensor] = {}
-        self._last_positives: Tensor | None = None
+        self._last_embeddings: list[Tensor] | None = None
 
     @classmethod
     def option_names(cls) -> tuple[str, ...]:
@@ -146,23 +146,27 @@ class CachedQueueInfoNCELoss(CachedLossMixin, nn.Module):
         embeddings = [torch.cat(column) for column in reps]
         step = self._pending
         known = (None, None, None) if step is None else (step.anchor_ids, step.positive_ids, step.guide)
-        batch = self.loss.prepare_batch(embeddings, labels, *known)
-        batch_size = batch.anchors.shape[0]
+        batch = self.loss.prepare_batch(embeddings, labels, *known, doc_ids=None if step is None else step.doc_ids)
+        batch_size, rows = batch.anchors.shape[0], batch.rows  # rows: with a dual bank, the banked anchors too
         sums = {"in_batch": 0.0, "queue": 0.0, "hard": 0.0}
         total = 0.0
-        starts = list(range(0, batch_size, self.mini_batch_size))
-        for i, begin in enumerate(starts):
-            parts = self.loss.loss_rows(batch, begin, min(begin + self.mini_batch_size, batch_size))
-            chunk = sum(parts.values()) / batch_size
+        chunks = [lambda b=begin: self.loss.loss_rows(batch, b, min(b + self.mini_batch_size, batch_size))
+                  for begin in range(0, batch_size, self.mini_batch_size)]
+        if batch.bank_anchors is not None:
+            sums["bank"] = 0.0
+            chunks.append(lambda: {"bank": self.loss.bank_rows(batch)})
+        for i, chunk_parts in enumerate(chunks):
+            parts = chunk_parts()
+            chunk = sum(parts.values()) / rows
             if with_backward:
                 # the normalised batch is shared by all chunks: keep its graph until the last one
-                chunk.backward(retain_graph=i < len(starts) - 1)
+                chunk.backward(retain_graph=i < len(chunks) - 1)
                 chunk = chunk.detach()
             total = total + chunk
             for name, value in parts.items():
-                sums[name] = sums[name] + value.detach() / batch_size
+                sums[name] = sums[name] + value.detach() / rows
         self._last_parts = sums
-        self._last_positives = embeddings[1].detach()
+        self._last_embeddings = [e.detach() for e in embeddings]
         return total
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> dict[str, Tensor]:
@@ -173,10 +177,10 @@ class CachedQueueInfoNCELoss(CachedLossMixin, nn.Module):
             loss = self.forward_cached(inputs.features, labels)
         finally:
             self._pending = None
-        queue_part, hard_part = self._last_parts["queue"], self._last_parts["hard"]
-        self.loss.end_step(inputs, self._last_positives, labels)  # enqueue this batch's positives
+        others = {name: value for name, value in self._last_parts.items() if name != "in_batch"}
+        self.loss.end_step(inputs, self._last_embeddings, labels)  # enqueue this batch's positives (or bank its rows)
         # in_batch carries the GradCache hook; the parts still add up to the total loss
-        return {"in_batch": loss - (queue_part + hard_part), "queue": queue_part, "hard": hard_part}
+        return {"in_batch": loss - sum(others.values()), **others}
 
 
 def build_cached_queue_infonce_loss(

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal
 
 from contrastive_bert.losses.false_negative_filters import FalseNegativeFilters
 from contrastive_bert.losses.guide_filter import GuideConfig
 from contrastive_bert.losses.hard_negative_miner import MiningConfig
-from contrastive_bert.losses.option_checks import check_flags, check_number, check_unknown, config_dict, option_error, option_names
+from contrastive_bert.losses.option_checks import check_choice, check_flags, check_number, check_unknown, config_dict, option_error, option_names
 
 __all__ = ["InfoNCEConfig", "QueueConfig", "QueueInfoNCEConfig"]
 
@@ -62,17 +62,31 @@ class QueueConfig:
         momentum: EMA coefficient of a momentum key encoder that embeds what is enqueued (MoCo,
             e.g. 0.999); None = enqueue the online encoder's detached positives.
         gather_across_devices: all-gather what is enqueued under DDP (same queue on every rank).
+        dual_bank: bank the anchors beside their documents (positives and mined negatives), as
+            ContAccum does (:class:`~contrastive_bert.memory_bank.DualMemoryBank`): each banked
+            anchor is scored against this batch's documents and the bank's, so the documents get
+            gradient from banked queries too (a bank of documents alone unbalances the two sides).
+        bank_scope: ``"fifo"``: the bank keeps the last ``queue_size`` rows across optimizer
+            steps; ``"step"``: it holds only the current optimizer step's earlier micro-batches
+            (cleared at every optimizer step, so nothing in it is stale; it grows to hold a whole
+            step): gradient accumulation whose negatives span the whole step.
     """
 
     queue_size: int | None = None
     momentum: float | None = None
     gather_across_devices: bool = True
+    dual_bank: bool = False
+    bank_scope: Literal["fifo", "step"] = "fifo"
 
     def __post_init__(self) -> None:
         options = vars(self)
         check_number(options, "queue_size", "a positive integer", lambda v: v > 0, integer=True, allow_none=True)
         check_number(options, "momentum", "a number in [0, 1)", lambda v: 0 <= v < 1, allow_none=True)
-        check_flags(options, ("gather_across_devices",))
+        check_flags(options, ("gather_across_devices", "dual_bank"))
+        check_choice(options, "bank_scope", ("fifo", "step"))
+        if self.dual_bank and self.momentum is not None:
+            raise option_error("momentum", "null with dual_bank (the bank holds what the online encoder produced; "
+                               "a momentum encoder embeds the document queue only)", self.momentum)
 
 
 _GROUPS: dict[str, type] = {
@@ -93,8 +107,12 @@ class QueueInfoNCEConfig:
 
     def __post_init__(self) -> None:
         size, k = self.queue.queue_size, self.mining.num_hard_negatives
-        if size is not None and k > size:
+        if size is not None and k > size and not self.queue.dual_bank:
             raise option_error("num_hard_negatives", f"at most queue_size ({size})", k)
+        if self.queue.dual_bank and self.guide.guide_model is not None:
+            raise option_error("guide_model", "null with dual_bank (the bank keeps no guide embeddings)", self.guide.guide_model)
+        if self.queue.dual_bank and self.mining.distinct_queue_rows:
+            raise option_error("distinct_queue_rows", "false with dual_bank", True)
 
     @classmethod
     def option_names(cls) -> tuple[str, ...]:

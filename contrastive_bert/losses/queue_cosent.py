@@ -132,6 +132,9 @@ class QueueCoSENTLoss(nn.Module):
         self.positive_threshold = self.score_config.positive_threshold
         self.negative_threshold = self.score_config.negative_threshold
         self.queue_loss = QueueInfoNCELoss(model, **queue_options)
+        if self.queue_loss.config.queue.dual_bank:
+            raise ValueError("loss_options.dual_bank: not with queue_cosent (it banks scored pairs' positives only); "
+                             "use queue_infonce for a dual bank")
 
     @classmethod
     def option_names(cls) -> tuple[str, ...]:
@@ -185,12 +188,13 @@ class QueueCoSENTLoss(nn.Module):
         zero = parts["score"].new_zeros(())
         if self.infonce_weight == 0 or not bool(high.any()):
             if training:
-                inner.num_steps += 1  # a training step all the same (the curriculum counts steps)
+                inner.begin_micro_batch()
+                inner.end_micro_batch()  # a training step all the same (the curriculum counts optimizer steps)
             return {"in_batch": zero, "queue": zero, "hard": zero, **parts}
         low = torch.zeros_like(high) if self.negative_threshold is None else (scores <= self.negative_threshold).to(high.device)
         ids = [feature_ids(features) for features in sentence_features]
         if training:
-            inner.update_momentum_encoder()
+            inner.begin_micro_batch()  # the momentum update, once per optimizer step
         infonce = inner.compute_loss_from_embeddings(
             [embeddings[0][high], embeddings[1][high]], None, anchor_ids=ids[0][high], positive_ids=ids[1][high],
             guide_embeddings=None if guide is None else [guide[0][high], guide[1][high]],

@@ -13,7 +13,17 @@ One step, as :meth:`QueueInfoNCELoss.forward` reads top to bottom:
    :func:`~contrastive_bert.losses.infonce_math.queue_infonce_loss` scores them (the formula is in
    its module docstring);
 4. :meth:`~QueueInfoNCELoss.end_step`: enqueue this batch's positives (embedded by the momentum
-   encoder if any).
+   encoder if any); on the last micro-batch of an optimizer step
+   (:func:`~contrastive_bert.losses.optimizer_step.is_optimizer_sync_step`) count the step (the
+   hardness schedule counts optimizer steps) and, with ``bank_scope="step"``, empty the bank. The
+   momentum encoder moves once per optimizer step, on its first micro-batch (under gradient
+   accumulation the weights do not change in between).
+
+With ``dual_bank`` (ContAccum) the bank is a :class:`~contrastive_bert.memory_bank.DualMemoryBank`
+of past rows, anchors and all their documents: its documents are the queue of this batch's
+anchors, and its anchors are extra rows scored against this batch's documents and the bank's
+(:meth:`~QueueInfoNCELoss.bank_rows`); the loss is the mean over the ``B + m`` rows, so with an
+empty bank it is MNRL's.
 
 The cached loss runs the same steps 1 and 4 around GradCache. The returned dict splits the loss
 into parts that add up to it (the ST trainer sums and logs them): ``in_batch`` = the MNRL loss,
@@ -39,10 +49,12 @@ from contrastive_bert.losses.guide_filter import GuideFilter
 from contrastive_bert.losses.hard_negative_miner import HardNegativeMiner
 from contrastive_bert.losses.infonce_math import queue_infonce_loss
 from contrastive_bert.losses.momentum_encoder import MomentumEncoder
+from contrastive_bert.losses.optimizer_step import is_optimizer_sync_step
 from contrastive_bert.losses.option_checks import check_number
 from contrastive_bert.losses.queue_config import QueueInfoNCEConfig
+from contrastive_bert.memory_bank import DualMemoryBank
 from contrastive_bert.models import unwrap_model
-from contrastive_bert.queue import NO_ID, EmbeddingQueue, default_queue_size, hash_token_ids
+from contrastive_bert.queue import NO_ID, NO_LABEL, EmbeddingQueue, default_queue_size, hash_token_ids
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +94,15 @@ class _Batch:
     guide_anchors: Tensor | None = None
     guide_docs: Tensor | None = None
     guide_queue: Tensor | None = None
+    doc_ids: Tensor | None = None  # (N,) text ids of docs (None: unknown)
+    bank_anchors: Tensor | None = None  # (m, D) banked anchors (dual bank), detached
+    bank_groups: Tensor | None = None  # (m,)
+    bank_columns: int = 1  # documents per banked row: row j's positive is queue row j * bank_columns
+
+    @property
+    def rows(self) -> int:
+        """Loss rows: this batch's anchors and the banked ones (the mean's denominator)."""
+        return self.anchors.shape[0] + (0 if self.bank_anchors is None else self.bank_anchors.shape[0])
 
 
 @dataclass
@@ -95,6 +116,12 @@ class StepInputs:
     positive_ids: Tensor
     guide: list[Tensor] | None
     training: bool
+    column_ids: list[Tensor] | None = None  # (B,) text ids of every column
+
+    @property
+    def doc_ids(self) -> Tensor | None:
+        """``(N,)`` ids of the document columns in the loss's order (column-major)."""
+        return None if self.column_ids is None else torch.cat(self.column_ids[1:])
 
 
 class QueueInfoNCELoss(nn.Module):
@@ -214,9 +241,14 @@ class QueueInfoNCELoss(nn.Module):
         self.guide = None if guide.guide_model is None else GuideFilter(guide.guide_model, model, guide.guide_margin)
         self.queue: EmbeddingQueue | None = None
         self.guide_queue: EmbeddingQueue | None = None
+        self.bank: DualMemoryBank | None = None
         if self.config.queue.queue_size is not None:
             self._make_queues(self.config.queue.queue_size)
         self.register_buffer("num_steps", torch.zeros((), dtype=torch.int64))
+        self._step_open = False  # a micro-batch of the current optimizer step has run
+        #: a list to append ``[||dL/d anchors||, ||dL/d documents||]`` to at every training call
+        #: (the anchor side and the document side of ContAccum's diagnosis); None: not recorded
+        self.gradient_norms: list | None = None
         momentum = self.config.queue.momentum
         self.momentum_encoder = None if momentum is None else MomentumEncoder(model, momentum)
 
@@ -245,8 +277,9 @@ class QueueInfoNCELoss(nn.Module):
 
     @property
     def queue_size(self) -> int | None:
-        """Rows of the queue once it exists (None before a lazily sized queue is made)."""
-        return None if self.queue is None else self.queue.size
+        """Rows of the queue (or the dual bank) once it exists (None before a lazily sized one is made)."""
+        store = self.bank if self.config.queue.dual_bank else self.queue
+        return None if store is None else store.size
 
     @property
     def citation(self) -> str:
@@ -267,18 +300,31 @@ class QueueInfoNCELoss(nn.Module):
 
     def get_config_dict(self) -> dict[str, Any]:
         """The options (derived from :attr:`config`), with the queue's actual size once it exists."""
-        return {**self.config.as_options(), "queue_size": self.queue_size if self.queue is not None else self.config.queue.queue_size}
+        return {**self.config.as_options(), "queue_size": self.queue_size if self.queue_size is not None else self.config.queue.queue_size}
 
     # ------------------------------------------------------------------ queue management
     def _make_queues(self, size: int) -> None:
         device = next(unwrap_model(self.model).parameters()).device
         gather = self.config.queue.gather_across_devices
+        if self.config.queue.dual_bank:
+            growable = self.config.queue.bank_scope == "step"
+            self.bank = DualMemoryBank(size, self.dim, growable=growable, gather_distributed=gather).to(device)
+            return
         self.queue = EmbeddingQueue(size, self.dim, gather_distributed=gather).to(device)
         if self.guide is not None:
             self.guide_queue = EmbeddingQueue(size, self.guide.dim, gather_distributed=gather).to(device)
 
-    def ensure_queue(self, global_batch_size: int) -> EmbeddingQueue:
-        """Create the queue on first use (seed rule when ``queue_size`` is None) and check it fits."""
+    def ensure_queue(self, global_batch_size: int) -> EmbeddingQueue | DualMemoryBank:
+        """Create the queue (or the dual bank) on first use (seed rule when ``queue_size`` is None;
+        a step-scoped dual bank starts at one batch and grows) and check it fits."""
+        if self.config.queue.dual_bank:
+            if self.bank is None:
+                step = self.config.queue.bank_scope == "step"
+                self._make_queues(global_batch_size if step else default_queue_size(self.train_dataset_size or 2**40, global_batch_size))
+            if global_batch_size > self.bank.size and not self.bank.growable:
+                raise ValueError(f"queue_size: {self.bank.size} is smaller than the (global) batch size {global_batch_size}; "
+                                 "the bank must hold at least one batch")
+            return self.bank
         if self.queue is None:
             if self.train_dataset_size is not None:
                 size = default_queue_size(self.train_dataset_size, global_batch_size)
@@ -301,7 +347,7 @@ class QueueInfoNCELoss(nn.Module):
 
         ema_model = None if self.momentum_encoder is None else self.momentum_encoder.model
         return {"queue": cpu(self.queue), "num_steps": int(self.num_steps.item()), "ema_model": cpu(ema_model),
-                "guide_queue": cpu(self.guide_queue), "dim": self.dim}
+                "guide_queue": cpu(self.guide_queue), "bank": cpu(self.bank), "dim": self.dim}
 
     def load_queue_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`queue_state_dict`. ValueError when the embedding size does not match."""
@@ -320,7 +366,14 @@ class QueueInfoNCELoss(nn.Module):
                 if state.get("guide_queue") is None:
                     raise ValueError("state: this loss has a guide model but the saved queue has no guide embeddings")
                 self.guide_queue.load_state_dict(state["guide_queue"])
+        if state.get("bank") is not None:
+            if not self.config.queue.dual_bank:
+                raise ValueError("state: it holds a dual bank but this loss has dual_bank=False")
+            if self.bank is None:
+                self._make_queues(int(state["bank"]["bank_anchors"].shape[0]))
+            self.bank.load_state_dict(state["bank"])
         self.num_steps.fill_(int(state.get("num_steps", 0)))
+        self._step_open = False  # checkpoints are written between optimizer steps
         if state.get("ema_model") is not None:
             if self.momentum_encoder is None:
                 raise ValueError("state: it holds a momentum encoder but this loss has momentum=None")
@@ -339,6 +392,26 @@ class QueueInfoNCELoss(nn.Module):
             return positive_embeddings.detach()
         return self.momentum_encoder.encode(positive_features).to(positive_embeddings.device)
 
+    def begin_micro_batch(self) -> None:
+        """Before a training call: on the first micro-batch of an optimizer step, the momentum
+        encoder's EMA update (once per optimizer step: the weights do not move in between)."""
+        if not self._step_open:
+            self.update_momentum_encoder()
+            self._step_open = True
+
+    @torch.no_grad()
+    def end_micro_batch(self) -> None:
+        """After a training call: on the last micro-batch of an optimizer step, count the step and,
+        with ``bank_scope="step"``, empty the bank (or queue)."""
+        if not is_optimizer_sync_step():
+            return
+        self.num_steps += 1
+        self._step_open = False
+        if self.config.queue.bank_scope == "step":
+            for store in (self.bank, self.queue, self.guide_queue):
+                if store is not None:
+                    store.reset()
+
     @torch.no_grad()
     def after_training_step(
         self,
@@ -348,12 +421,24 @@ class QueueInfoNCELoss(nn.Module):
         anchor_ids: Tensor | None = None,
         guide_keys: Tensor | None = None,
     ) -> None:
-        """Enqueue the keys ``(B, D)`` (and their guide embeddings) and advance the step counter."""
+        """Enqueue the keys ``(B, D)`` (and their guide embeddings), then :meth:`end_micro_batch`."""
         groups = self.config.filters.groups(labels, anchor_ids)
         self.queue.enqueue(keys, ids=positive_ids, labels=groups)
         if self.guide_queue is not None:
             self.guide_queue.enqueue(guide_keys, ids=positive_ids, labels=groups)
-        self.num_steps += 1
+        self.end_micro_batch()
+
+    @torch.no_grad()
+    def bank_training_rows(self, embeddings: Sequence[Tensor], column_ids: Sequence[Tensor] | None,
+                           labels: Tensor | None) -> None:
+        """Dual bank: append this batch's rows (anchors ``(B, D)``, documents ``(B, C, D)``), then
+        :meth:`end_micro_batch`."""
+        anchor_ids = None if column_ids is None else column_ids[0]
+        self.ensure_queue(embeddings[0].shape[0])
+        self.bank.append(embeddings[0], torch.stack([e.detach() for e in embeddings[1:]], dim=1), anchor_ids=anchor_ids,
+                         document_ids=None if column_ids is None else torch.stack(list(column_ids[1:]), dim=1),
+                         groups=self.config.filters.groups(labels, anchor_ids))
+        self.end_micro_batch()
 
     # ------------------------------------------------------------------ loss
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> dict[str, Tensor]:
@@ -365,8 +450,9 @@ class QueueInfoNCELoss(nn.Module):
         embeddings = embed_columns(self.model, inputs.features)
         parts = self.compute_loss_from_embeddings(
             embeddings, labels, anchor_ids=inputs.anchor_ids, positive_ids=inputs.positive_ids, guide_embeddings=inputs.guide,
+            doc_ids=inputs.doc_ids,
         )
-        self.end_step(inputs, embeddings[1], labels)  # enqueue this batch's positives
+        self.end_step(inputs, embeddings, labels)  # enqueue this batch's positives (the dual bank: its rows)
         return parts
 
     def start_step(self, sentence_features: Iterable[dict[str, Tensor]]) -> StepInputs:
@@ -375,15 +461,17 @@ class QueueInfoNCELoss(nn.Module):
         features = list(sentence_features)
         if len(features) < 2:
             raise ValueError(f"sentence_features: expected at least 2 columns (anchor, positive), got {len(features)}")
+        column_ids = [feature_ids(f) for f in features]
         inputs = StepInputs(
             features=features,
-            anchor_ids=feature_ids(features[0]),
-            positive_ids=feature_ids(features[1]),
+            anchor_ids=column_ids[0],
+            positive_ids=column_ids[1],
             guide=None if self.guide is None else self.guide.embed(features),
             training=unwrap_model(self.model).training and torch.is_grad_enabled(),
+            column_ids=column_ids,
         )
         if inputs.training:
-            self.update_momentum_encoder()
+            self.begin_micro_batch()
         return inputs
 
     def compute_loss_from_embeddings(
@@ -395,12 +483,17 @@ class QueueInfoNCELoss(nn.Module):
         guide_embeddings: Sequence[Tensor] | None = None,
         extra_docs: Tensor | None = None,
         guide_extra_docs: Tensor | None = None,
+        doc_ids: Tensor | None = None,
     ) -> dict[str, Tensor]:
-        """embeddings: (anchor, positive[, negatives...]) each ``(B, D)``. Returns the named parts (means)."""
-        batch = self.prepare_batch(embeddings, labels, anchor_ids, positive_ids, guide_embeddings, extra_docs, guide_extra_docs)
+        """embeddings: (anchor, positive[, negatives...]) each ``(B, D)``; doc_ids: ``(N,)`` text
+        ids of the document columns (the dual bank's filters). Returns the named parts (means over
+        the loss rows; with a dual bank also ``bank``: the banked anchors' rows)."""
+        batch = self.prepare_batch(embeddings, labels, anchor_ids, positive_ids, guide_embeddings, extra_docs, guide_extra_docs,
+                                   doc_ids=doc_ids)
         parts = self.loss_rows(batch, 0, batch.anchors.shape[0])
-        total = batch.anchors.shape[0]
-        return {name: value / total for name, value in parts.items()}
+        if batch.bank_anchors is not None:
+            parts["bank"] = self.bank_rows(batch)
+        return {name: value / batch.rows for name, value in parts.items()}
 
     def prepare_batch(
         self,
@@ -411,9 +504,10 @@ class QueueInfoNCELoss(nn.Module):
         guide_embeddings: Sequence[Tensor] | None = None,
         extra_docs: Tensor | None = None,
         guide_extra_docs: Tensor | None = None,
+        doc_ids: Tensor | None = None,
     ) -> _Batch:
         """Normalise, concatenate the candidate columns (then ``extra_docs`` ``(m, D)``, in-batch
-        negatives of every anchor) and snapshot the queue for this step."""
+        negatives of every anchor) and snapshot the queue (or the dual bank) for this step."""
         if len(embeddings) < 2:
             raise ValueError(f"embeddings: expected at least 2 columns (anchor, positive), got {len(embeddings)}")
         anchors = embeddings[0]
@@ -428,9 +522,14 @@ class QueueInfoNCELoss(nn.Module):
             self.config.queue.gather_across_devices and torch.distributed.is_available() and torch.distributed.is_initialized()
         ) else 1
         queue = self.ensure_queue(batch_size * world)
-        if queue.queue_embeddings.device != anchors.device:
+        if next(iter(queue.buffers())).device != anchors.device:
             queue.to(anchors.device)
-        q_emb, q_ids, q_groups = queue.filled()
+        bank = None
+        if isinstance(queue, DualMemoryBank):
+            bank = queue.contents()
+            q_emb, q_ids, q_groups = bank.flat_documents()
+        else:
+            q_emb, q_ids, q_groups = queue.filled()
         docs = list(embeddings[1:]) + ([] if extra_docs is None else [extra_docs])
         batch = _Batch(
             anchors=F.normalize(anchors, p=2, dim=1),
@@ -443,7 +542,12 @@ class QueueInfoNCELoss(nn.Module):
             groups=self.config.filters.groups(labels, anchor_ids),
             step=int(self.num_steps.item()),
             queue_keep=queue.newest_copies() if self.config.mining.distinct_queue_rows else None,
+            doc_ids=doc_ids,
         )
+        if bank is not None:
+            batch.bank_anchors = bank.anchors.to(anchors.dtype)
+            batch.bank_groups = bank.groups
+            batch.bank_columns = bank.documents.shape[1]
         if self.guide is not None:
             guide_docs = list(guide_embeddings[1:]) + ([] if guide_extra_docs is None else [guide_extra_docs])
             batch.guide_anchors = guide_embeddings[0]
@@ -453,7 +557,52 @@ class QueueInfoNCELoss(nn.Module):
             # the backward pass runs after this step's enqueue, which writes the buffer in place:
             # give autograd its own copy of the rows it saved
             batch.queue = batch.queue.clone()
+        if self.gradient_norms is not None and batch.anchors.requires_grad and batch.docs.requires_grad:
+            self._record_gradient_norms(batch.anchors, batch.docs)
         return batch
+
+    def _record_gradient_norms(self, anchors: Tensor, docs: Tensor) -> None:
+        """Append ``[||dL/d anchors||, ||dL/d docs||]`` to :attr:`gradient_norms`, filled in by the backward pass."""
+        record = [0.0, 0.0]
+        self.gradient_norms.append(record)
+
+        def hook(side: int):
+            def save(grad: Tensor) -> None:
+                record[side] = float(grad.detach().float().norm())
+            return save
+
+        anchors.register_hook(hook(0))
+        docs.register_hook(hook(1))
+
+    def bank_rows(self, batch: _Batch) -> Tensor:
+        """Dual bank: the summed loss of the ``m`` banked anchors, each scored against this batch's
+        documents (with gradient) and the bank's (its positive among them): ContAccum's extra rows,
+        through which the batch's documents get gradient from banked queries. Left out as
+        negatives: copies of the row's positive (same text id), positives of the same group (the
+        same query text, or label), and, with ``filter_queue_negatives``, what the score margins drop."""
+        anchors = batch.bank_anchors
+        m, n = anchors.shape[0], batch.docs.shape[0]
+        if m == 0:
+            return batch.anchors.new_zeros(())
+        columns = torch.cat([batch.docs, batch.queue])  # (N + m * C, D)
+        rows = torch.arange(m, device=anchors.device)
+        positive_index = n + rows * batch.bank_columns
+        no_ids = torch.full((n,), NO_ID, dtype=torch.int64, device=anchors.device)
+        column_ids = torch.cat([no_ids if batch.doc_ids is None else batch.doc_ids.to(anchors.device), batch.queue_ids])
+        column_groups = torch.full((n,), NO_LABEL, dtype=torch.int64, device=anchors.device)
+        if batch.groups is not None:
+            column_groups[: batch.anchors.shape[0]] = batch.groups
+        column_groups = torch.cat([column_groups, batch.queue_groups])
+        positive_ids, groups = column_ids[positive_index], batch.bank_groups
+        keep = ~((column_ids.unsqueeze(0) == positive_ids.unsqueeze(1)) & (positive_ids != NO_ID).unsqueeze(1))
+        keep &= ~((column_groups.unsqueeze(0) == groups.unsqueeze(1)) & (groups != NO_LABEL).unsqueeze(1))
+        if self.config.filters.filter_queue_negatives:
+            with torch.no_grad():
+                scores = anchors @ columns.detach().T
+                keep &= self.config.filters.margins.keep(scores, scores[rows, positive_index])
+        _, parts = queue_infonce_loss(anchors, columns, temperature=self.temperature, positive_index=positive_index,
+                                      doc_mask=keep, reduction="sum")
+        return parts["in_batch"]
 
     def loss_rows(self, batch: _Batch, begin: int, end: int) -> dict[str, Tensor]:
         """Sum over anchors ``begin:end`` of each loss part (divide by ``B`` for the mean):
@@ -497,10 +646,14 @@ class QueueInfoNCELoss(nn.Module):
                 )
         return parts
 
-    def end_step(self, inputs: StepInputs, positives: Tensor, labels: Tensor | None) -> None:
+    def end_step(self, inputs: StepInputs, embeddings: Sequence[Tensor], labels: Tensor | None) -> None:
         """After the loss (shared with the cached loss): when training, enqueue this batch's
-        positives ``(B, D)`` (re-embedded by the momentum encoder if any) and count the step."""
-        if inputs.training:
+        positives ``(B, D)`` (re-embedded by the momentum encoder if any; with a dual bank, bank
+        its rows: anchors and every document column), then :meth:`end_micro_batch`."""
+        if inputs.training and self.config.queue.dual_bank:
+            self.bank_training_rows(embeddings, inputs.column_ids, labels)
+        elif inputs.training:
+            positives = embeddings[1]
             keys = self.key_embeddings(inputs.features[1], positives)
             guide_keys = None if inputs.guide is None else inputs.guide[1]
             self.after_training_step(keys, inputs.positive_ids, labels, inputs.anchor_ids, guide_keys)

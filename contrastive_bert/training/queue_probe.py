@@ -85,11 +85,14 @@ class QueueNegativeProbe:
             anchor_ids = kwargs.get("anchor_ids")
             n, b = keys.shape[0], anchors.shape[0]
             queue = self.loss.queue
-            record: dict[str, Any] = {"step": int(step), "fill": n, "full": n == queue.size,
+            store = queue if queue is not None else self.loss.bank  # a dual bank: rows of C documents
+            record: dict[str, Any] = {"step": int(step), "fill": n, "full": len(store) == store.size,
                                       "positive": float(positive_scores.mean())}
-            # storage row j was written (ptr - 1 - j) mod size rows ago; one step enqueues b rows
-            rows_ago = (int(queue.queue_ptr) - 1 - torch.arange(n)) % queue.size
-            age = rows_ago // max(b, 1) + 1
+            age = None
+            if queue is not None:
+                # storage row j was written (ptr - 1 - j) mod size rows ago; one step enqueues b rows
+                rows_ago = (int(queue.queue_ptr) - 1 - torch.arange(n)) % queue.size
+                age = rows_ago // max(b, 1) + 1
             queue_mask = mined.queue_mask
             if queue_mask is not None:
                 kept = queue_mask.sum(dim=1).float()
@@ -103,7 +106,7 @@ class QueueNegativeProbe:
                     record["hard_per_anchor"] = float(valid.sum(dim=1).float().mean())
                     record["hard_score"] = float(scores[valid].mean())
                     record["gap"] = float((positive_scores.unsqueeze(1).expand_as(scores)[valid] - scores[valid]).mean())
-                    record["age"] = float(age[index][valid].float().mean())
+                    record["age"] = None if age is None else float(age[index][valid].float().mean())
                     if key_ids is not None:
                         chosen = torch.zeros(b, n, dtype=torch.bool)
                         chosen[torch.arange(b).unsqueeze(1).expand_as(index)[valid], index[valid]] = True
