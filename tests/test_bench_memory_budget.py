@@ -1,0 +1,116 @@
+"""eval/bench_memory_budget.py: its plan (the cost rows take the large batch's dev choice; the
+decisive rows), every method training through the package on a tiny model, and its summary on a
+hand-built run log whose means, choices and paired differences are worked out by hand."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+
+import datasets
+import pytest
+
+from bench_modules import load_bench
+from contrastive_bert.benchmarking import retrieval_runs
+from contrastive_bert.data.beir import RetrievalData
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_bench("bench_memory_budget")
+
+
+def _record(bench, setting, method, config, seed, dev, test, seconds=100.0, peak=1000.0, ratio=None):
+    options = dict(bench.METHODS[method].config(config)) if config < len(bench.METHODS[method].configs) else {}
+    return {"key": bench.run_key(setting, method, config, seed), "setting": setting, "method": method, "config": config,
+            "seed": seed, "options": options, "learning_rate": options.get("learning_rate"), "steps": 36, "train_rows": 747,
+            "train_seconds": seconds, "seconds_per_step": seconds / 36,
+            "memory": {"kind": "rss", "before_mb": 500.0, "peak_mb": peak, "training_mb": peak - 500.0},
+            "gradient_norms": None if ratio is None else {"document_over_anchor": ratio},
+            "dev": {"ndcg_at_10": dev, "map_at_100": 0.0, "mrr_at_10": 0.0, "recall_at_100": 0.0},
+            "test": {"ndcg_at_10": test, "map_at_100": 0.0, "mrr_at_10": 0.0, "recall_at_100": 0.0},
+            "general": {"stsb": 80.0, "zero_shot_mean": 50.0}}
+
+
+def test_the_plan_runs_ours_beside_the_st_rows_and_the_cost_rows_take_the_large_batchs_choice(bench):
+    plan = bench.grid(("scifact",), (0, 1, 2))
+    first = [(r.method, r.config) for r in plan.plan({})]
+    assert first == [(m, c) for c in (0, 1) for m in ("mnrl_accumulated", "mnrl_large", "queue_dual_step", "queue_fifo",
+                                                      "queue_dual_fifo")]
+    assert bench.METHODS["queue_dual_step"].config(0) == {**bench.QUEUE, "dual_bank": True, "bank_scope": "step",
+                                                          "learning_rate": 5e-5}
+    log = {}
+    for method, dev in (("mnrl_large", (70.0, 71.0)),):  # 2e-5 wins on dev
+        for config, score in enumerate(dev):
+            record = _record(bench, "scifact", method, config, 0, score, score)
+            log[record["key"]] = record
+    cost_rows = [r for r in plan.plan(log) if r.method in ("cached_mnrl", "mnrl_large_checkpointing")]
+    assert [(r.method, r.config, r.seed) for r in cost_rows] == [("cached_mnrl", 0, 0), ("mnrl_large_checkpointing", 0, 0)]
+    assert plan.options(log, "scifact", bench.METHODS["cached_mnrl"], 0) == {"scale": 20.0, "mini_batch_size": 8,
+                                                                            "learning_rate": 2e-5}
+
+
+def test_summary_of_a_hand_built_log(bench):
+    """Seed 0: every method's dev runs; the best ST row of 1-3 on dev is mnrl_large (2e-5: 72), the
+    best of ours queue_dual_step (5e-5: 73), whose ablation is mnrl_accumulated. Seeds 1-2 of those
+    three. By hand: dual step test 70, 71, 72 -> mean 71, std 1; mnrl_large 69, 71, 70 -> paired
+    differences +1, 0, +2 -> mean 1, std 1, won 2 of 3."""
+    dev = {"mnrl_accumulated": (68.0, 67.0), "mnrl_large": (71.0, 72.0), "queue_dual_step": (73.0, 60.0),
+           "queue_fifo": (65.0, 66.0), "queue_dual_fifo": (70.0, 69.0)}
+    records = [{"key": "scifact/untrained/0/0", "setting": "scifact", "method": "untrained",
+                "dev": {"ndcg_at_10": 60.0}, "test": {"ndcg_at_10": 64.0}, "general": {"stsb": 82.0}}]
+    test_seed0 = {"mnrl_large": 69.0, "queue_dual_step": 70.0, "mnrl_accumulated": 66.0}
+    for method, scores in dev.items():
+        for config, score in enumerate(scores):
+            chosen = score == max(scores)
+            records.append(_record(bench, "scifact", method, config, 0, score,
+                                   test_seed0.get(method, 50.0) if chosen else 40.0, ratio=2.0 if method == "queue_fifo" else None))
+    for method in ("cached_mnrl", "mnrl_large_checkpointing"):
+        records.append(_record(bench, "scifact", method, 0, 0, 72.0, 69.0, seconds=200.0, peak=600.0))
+    for seed, (ours, theirs, accumulated) in zip((1, 2), ((71.0, 71.0, 67.0), (72.0, 70.0, 66.0))):
+        records.append(_record(bench, "scifact", "queue_dual_step", 0, seed, 73.0, ours))
+        records.append(_record(bench, "scifact", "mnrl_large", 1, seed, 72.0, theirs))
+        records.append(_record(bench, "scifact", "mnrl_accumulated", 0, seed, 68.0, accumulated))
+    plan = bench.grid(("scifact",), (0, 1, 2))
+    log = {r["key"]: r for r in records}
+    assert plan.plan(log, settings=["scifact"]) == []
+    summary = bench.summarize(records, [0, 1, 2])["scifact"]
+    assert summary["decisive"] == ["mnrl_large", "queue_dual_step", "mnrl_accumulated"]
+    methods = summary["methods"]
+    assert methods["queue_dual_step"]["test"]["ndcg_at_10"]["mean"] == pytest.approx(71.0)
+    assert methods["queue_dual_step"]["test"]["ndcg_at_10"]["std"] == pytest.approx(1.0)
+    assert methods["queue_dual_step"]["options"]["learning_rate"] == 5e-5
+    assert methods["mnrl_large"]["options"]["learning_rate"] == 2e-5
+    assert methods["cached_mnrl"]["peak_memory_mb"]["mean"] == 600.0 and methods["cached_mnrl"]["seeds"] == [0]
+    assert methods["queue_fifo"]["gradient_norms"]["mean"] == 2.0
+    verdict = summary["verdict"]
+    assert verdict["baseline"] == "mnrl_large" and verdict["ours"] == "queue_dual_step" and not verdict["pending"]
+    diff = verdict["ours_minus_baseline"]
+    assert diff["values"] == pytest.approx([1.0, 0.0, 2.0]) and diff["mean"] == pytest.approx(1.0)
+    assert diff["std"] == pytest.approx(1.0) and diff["seeds_won"] == 2
+    assert verdict["ours_minus_accumulated_mnrl"]["values"] == pytest.approx([4.0, 4.0, 6.0])
+    assert verdict["ours_minus_cached_mnrl"]["values"] == pytest.approx([1.0])
+
+
+@pytest.mark.parametrize("name", ["mnrl_accumulated", "queue_dual_step", "queue_dual_fifo", "queue_fifo", "cached_mnrl",
+                                  "mnrl_large_checkpointing"])
+def test_every_method_trains_through_the_package(bench, name, monkeypatch, tiny_model):
+    """Each row's recipe (micro-batch 8 x 8, or 64 at once; checkpointing; GradCache) trains two
+    optimizer steps of a tiny model on 140 triplets; the queue rows record gradient norms."""
+    monkeypatch.setattr(retrieval_runs, "base_model", lambda device: copy.deepcopy(tiny_model))
+    monkeypatch.setattr(retrieval_runs, "score", lambda model, data, args: {"dev": {}, "test": {}, "general": {}})
+    rows = datasets.Dataset.from_dict({"anchor": [f"question {i} about topic {i % 7}" for i in range(140)],
+                                       "positive": [f"answer {i} on topic {i % 7}" for i in range(140)],
+                                       "negative": [f"an unrelated text number {i}" for i in range(140)]})
+    args = argparse.Namespace(device="cpu", data_dir=None, dry_run=True, rows_cache=None)
+    ctx = retrieval_runs.TrainingRows(args, bench.PROTOCOLS)
+    ctx.rows[("scifact", "corpus_mined", "{}")] = (rows, 0.0, False)
+    ctx.data["scifact"] = RetrievalData(corpus={"d0": "answer 0 on topic 0"}, queries={"q0": "question 0 about topic 0"},
+                                        qrels={"train": {"q0": {"d0": 1}}})
+    method = bench.METHODS[name]
+    options = {"learning_rate": 5e-5, **method.config(0)} if method.builds_on else method.config(0)
+    record = bench.run_one("scifact", name, options, 0, 0, ctx)
+    assert record["steps"] == 2 and record["memory"]["peak_mb"] >= record["memory"]["before_mb"] > 0
+    assert record["gradient_accumulation_steps"] == method.fields["gradient_accumulation_steps"]
+    if method.loss == "queue_infonce":
+        assert record["gradient_norms"]["calls"] == 16 and record["gradient_norms"]["document_over_anchor"] > 0
