@@ -266,6 +266,7 @@ def run_train(args: argparse.Namespace) -> int:
     from contrastive_bert.training.runner import train
 
     recipe = recipe_from_args(args)
+    _print_accumulation_hint(recipe)
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
     try:
@@ -294,6 +295,17 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"search with it: contrastive-bert search --model {outcome.output_dir}/final --corpus {shlex.quote(corpus)} "
               f"--index {outcome.output_dir}/index --query 'your question'")
     return 0
+
+
+def _print_accumulation_hint(recipe) -> None:
+    """Once per run: an in-batch loss with gradient accumulation gets no more negatives from it."""
+    from contrastive_bert.training.losses_registry import accumulation_hint
+
+    stages = [{**vars(recipe), **stage} for stage in recipe.stages] if recipe.stages else [vars(recipe)]
+    hints = {accumulation_hint(stage.get("loss", recipe.loss), int(stage.get("gradient_accumulation_steps", 1)))
+             for stage in stages}
+    for hint in sorted(h for h in hints if h):
+        print(hint, file=sys.stderr)
 
 
 def _retrieval_dataset(datasets: list[str]) -> str | None:

@@ -84,6 +84,7 @@ class LossEntry:
     extra_options: tuple[str, ...] = ()
     check: Callable[[Mapping[str, Any]], None] | None = None
     options: tuple[str, ...] = ()
+    in_batch_negatives: bool = False  # negatives only from its own batch: accumulation does not add any
 
     def build(self, model, train_dataset, recipe):
         """The loss for a :class:`~contrastive_bert.training.recipe.TrainingRecipe` (its
@@ -137,6 +138,19 @@ def register_loss(entry: LossEntry) -> LossEntry:
         raise ValueError(f"data_format: expected one of {DATA_FORMATS}, got {entry.data_format!r}")
     LOSSES[entry.name] = entry
     return entry
+
+
+def accumulation_hint(loss: str, gradient_accumulation_steps: int) -> str | None:
+    """One line for a loss whose negatives come from its own batch trained with gradient
+    accumulation > 1: the micro-batches never see each other's documents (sentence-transformers
+    issue 2916), and what does enlarge the negatives. None when it does not apply."""
+    entry = LOSSES.get(loss)
+    if entry is None or not entry.in_batch_negatives or gradient_accumulation_steps <= 1:
+        return None
+    return (f"note: gradient accumulation ({gradient_accumulation_steps} micro-batches a step) does not enlarge {loss}'s "
+            "in-batch negatives: each micro-batch sees only its own documents. For the negatives of the whole step in the "
+            "same memory use cached_mnrl at the full batch (GradCache: exact, a second forward pass) or queue_infonce with "
+            "loss_options dual_bank: true, bank_scope: step (ContAccum); docs/results.md#training-under-a-memory-budget")
 
 
 def get_loss_entry(name: str) -> LossEntry:
@@ -264,10 +278,10 @@ def _cached_gist(model, train_dataset, options, batch_size):
 
 register_loss(LossEntry("mnrl", "pairs", _mnrl, "no_duplicates", "MultipleNegativesRankingLoss (in-batch InfoNCE)",
                         options_from=(f"{_ST_LOSSES}:MultipleNegativesRankingLoss",), options=_MNRL_OPTIONS,
-                        check=_check_sentence_transformers_options))
+                        check=_check_sentence_transformers_options, in_batch_negatives=True))
 register_loss(LossEntry("cached_mnrl", "pairs", _cached_mnrl, "no_duplicates", "CachedMultipleNegativesRankingLoss (GradCache)",
                         options_from=(f"{_ST_LOSSES}:CachedMultipleNegativesRankingLoss",), options=_MNRL_OPTIONS + _CACHED_OPTIONS,
-                        check=_check_sentence_transformers_options))
+                        check=_check_sentence_transformers_options, in_batch_negatives=True))
 register_loss(LossEntry("cosent", "scored_pairs", _cosent, "batch_sampler", "CoSENTLoss on scored pairs",
                         options_from=(f"{_ST_LOSSES}:CoSENTLoss",), options=("scale", "similarity_fct"),
                         check=_check_sentence_transformers_options))
@@ -276,10 +290,10 @@ register_loss(LossEntry("angle", "scored_pairs", _angle, "batch_sampler", "AnglE
                         check=_check_sentence_transformers_options))
 register_loss(LossEntry("gist", "pairs", _gist, "no_duplicates", "GISTEmbedLoss: in-batch InfoNCE whose negatives a frozen guide model vetoes (loss_options: guide_model='default' = the bundled model, temperature, margin_strategy, margin, ...)",
                         options_from=(f"{_ST_LOSSES}:GISTEmbedLoss",), options=("guide_model",) + _GIST_OPTIONS,
-                        check=_check_sentence_transformers_options))
+                        check=_check_sentence_transformers_options, in_batch_negatives=True))
 register_loss(LossEntry("cached_gist", "pairs", _cached_gist, "no_duplicates", "CachedGISTEmbedLoss: gist with GradCache for large batches",
                         options_from=(f"{_ST_LOSSES}:CachedGISTEmbedLoss",), options=("guide_model",) + _GIST_OPTIONS + _CACHED_OPTIONS,
-                        check=_check_sentence_transformers_options))
+                        check=_check_sentence_transformers_options, in_batch_negatives=True))
 
 # --------------------------------------------------------------------------- contrastive_bert's losses
 
