@@ -26,7 +26,7 @@ from pathlib import Path
 
 from render_data_cards import builtin_specs, data_card, data_index
 from render_labels import (ACL_COST_LABELS, ACL_LABELS, ACL_OPTIONS, ACL_SHORT_LABELS, BASELINE_LABELS, EXIT_COST_LABELS,
-                           EXIT_METHODS, GENERAL_LABELS, PAIR_LABELS, QUEUE_MEMORY_LABELS, QUEUE_QUALITY_LABELS,
+                           EXIT_METHODS, GENERAL_LABELS, MEMORY_BUDGET_LABELS, PAIR_LABELS, QUEUE_MEMORY_LABELS, QUEUE_QUALITY_LABELS,
                            RETRIEVAL_LABELS, TOPK_LABELS, ZERO_SHOT_LABELS)
 from render_readme import paired, render_readme, table_acl_verdict  # noqa: F401 (table_acl_verdict: also a table of docs/results.md)
 from render_table import Column, Table, benchmark_table, cell, per_key
@@ -131,6 +131,32 @@ def table_retrieval_parts(results: Results, setting: str = "scifact") -> str:
                                           "test": diff}
             for name, ablations in parts.items() for ablation, diff in ablations.items()}
     return benchmark_table(rows, PARTS_COLUMNS, first="method − the same without its part") if rows else "*No ablation pair has run yet.*"
+
+
+MEMORY_BUDGET_COLUMNS = [
+    Column("chosen on dev (configs run/planned)", if_trained("chosen_on_dev"),
+           lambda c: f"lr {c.get('options', {}).get('learning_rate', '')} ({c['configs_tried']}/{c['configs_planned']})"),
+    Column("dev nDCG@10", "dev.ndcg_at_10"), Column("test nDCG@10: mean ± std (seeds)", point_or_stat("test.ndcg_at_10"), "seeds"),
+    Column("s / optimizer step", "seconds_per_step", "mean.1f"), Column("train s", "train_seconds", "mean.0f"),
+    Column("peak memory of training, GiB", "peak_memory_mb", lambda v: fmt(mean_of(v) / 1024, ".2f")),
+    Column("document / anchor gradient norm", "gradient_norms", "mean.2f"),
+    Column("STS-B test", point_or_stat("stsb"), "mean.1f"), Column("zero-shot mean", point_or_stat("zero_shot_mean"), "mean.1f"),
+]
+
+
+def table_memory_budget(results: Results, setting: str = "scifact") -> str:
+    """memory_budget.json, one setting: the untrained model and each method's dev-chosen learning
+    rate, dev and test nDCG@10, seconds per optimizer step and of training, the peak memory of
+    training, ContAccum's gradient-norm diagnosis (queue rows), the general-ability block."""
+    if not results.has("memory_budget") or setting not in results["memory_budget"]:
+        return "*Not run yet.*"
+    block = results["memory_budget"][setting]
+    chosen = {name: {**row, "chosen_on_dev": {**row["chosen_on_dev"], "options": row["options"]}} for name, row in block["methods"].items()}
+    rows = {"untrained": {"loss": None, "dev": block["untrained"]["dev"], "test": block["untrained"]["test"],
+                          "stsb": block["untrained"].get("stsb"), "zero_shot_mean": block["untrained"].get("zero_shot_mean")}, **chosen}
+    missing = block.get("missing_runs")
+    return (benchmark_table(rows, MEMORY_BUDGET_COLUMNS, MEMORY_BUDGET_LABELS, unlabelled="`{}`")
+            + (f"\n\nRuns the plan still has to make in this setting (as far as it has decided): {missing}." if missing else ""))
 
 
 QUEUE_DIAGNOSIS_COLUMNS = [

@@ -33,6 +33,17 @@ RETRIEVAL_LABELS = {
     "cached_mnrl": "CachedMNRL, batch 128 (ST)",
 }
 
+MEMORY_BUDGET_LABELS = {
+    "untrained": "untrained",
+    "mnrl_accumulated": "MNRL, 8 x 8 accumulated (ST)",
+    "mnrl_large": "MNRL, batch 64 (ST; large memory)",
+    "cached_mnrl": "CachedMNRL, batch 64 in mini-batches of 8 (ST)",
+    "mnrl_large_checkpointing": "MNRL, batch 64, gradient checkpointing (ST)",
+    "queue_fifo": "`queue_infonce`, 8 x 8, document queue (FIFO)",
+    "queue_dual_step": "`queue_infonce`, 8 x 8, dual bank per step (ContAccum)",
+    "queue_dual_fifo": "`queue_infonce`, 8 x 8, dual bank FIFO (2 steps)",
+}
+
 ACL_LABELS = {"logreg": "logistic regression on frozen embeddings", "ce": "CE", "supcon": "CE + SupCon",
               "acl_embed": "ACL-Embed", "acl_embed_encoded": "ACL-Embed, encoded label names",
               "acl_embed_grad": "ACL-Embed + ACL-Grad"}
