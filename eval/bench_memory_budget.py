@@ -184,7 +184,7 @@ def run_one(setting: str, name: str, options: Mapping[str, Any], config: int, se
     learning_rate = options.pop("learning_rate")
     rows, rows_seconds, rows_cached = ctx.train_rows(setting, ROWS)
     torch.manual_seed(seed)
-    model = retrieval_runs.base_model(args.device)
+    model = retrieval_runs.base_model(args.device, args.model)
     recipe = TrainingRecipe(
         datasets=[PROTOCOLS[setting].data], loss=method_.loss, loss_options=dict(options), epochs=PROTOCOLS[setting].epochs,
         max_steps=DRY_RUN_STEPS if args.dry_run else -1, batch_size=fields["batch_size"], learning_rate=learning_rate,
@@ -226,7 +226,7 @@ def run_one(setting: str, name: str, options: Mapping[str, Any], config: int, se
 
 
 def _untrained(setting: str, ctx: TrainingRows) -> dict:
-    record = retrieval_runs.score(retrieval_runs.base_model(ctx.args.device), ctx.retrieval(setting), ctx.args)
+    record = retrieval_runs.score(retrieval_runs.base_model(ctx.args.device, ctx.args.model), ctx.retrieval(setting), ctx.args)
     return {"setting": setting, "method": "untrained", "dry_run": bool(ctx.args.dry_run), **record}
 
 
@@ -343,7 +343,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-cache", default=str(ROWS_CACHE), type=lambda text: None if text == "none" else text, metavar="DIR",
                         help=f"keep mined training rows here between runs ('none': mine in every run) (default: {ROWS_CACHE})")
     parser.add_argument("--settings", default="scifact,nfcorpus_cpu", help=f"comma-separated among {', '.join(SETTINGS)}")
+    parser.add_argument("--model", default="default",
+                        help="the model trained (default: the bundled all-MiniLM-L6-v2; e.g. BAAI/bge-base-en-v1.5 on a GPU "
+                             "machine that has its weights); another model needs its own --output and --run-log")
     args = parser.parse_args(argv)
+    if args.model != "default" and Path(args.run_log) == RESULTS / "memory_budget_runs.jsonl":
+        raise ValueError("--model: another model's runs go to their own files; give --output and --run-log too")
     budget = setup_from_args(args)
     settings = [s for s in args.settings.split(",") if s]
     unknown = [s for s in settings if s not in SETTINGS]
@@ -358,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         write_results(output, {"protocol": {"micro_batch": MICRO_BATCH, "total_batch": TOTAL_BATCH, "accumulation": ACCUMULATION,
                                             "rows": "our corpus-mined triplets (query, relevant document, mined negative)",
                                             "max_seq_length": retrieval_runs.MAX_SEQ_LENGTH, "learning_rates": list(LR),
-                                            "seeds": args.seeds, "queue_scoring": QUEUE,
+                                            "seeds": args.seeds, "queue_scoring": QUEUE, "model": args.model,
                                             "tuning": "learning rates 5e-5 and 2e-5 on dev at the first seed (rows 2 and 4: row 3's "
                                                       "choice); the other seeds for the decisive rows: the best ST row of 1-3, the "
                                                       "best of ours, its ablations"},

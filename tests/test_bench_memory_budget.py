@@ -97,12 +97,12 @@ def test_summary_of_a_hand_built_log(bench):
 def test_every_method_trains_through_the_package(bench, name, monkeypatch, tiny_model):
     """Each row's recipe (micro-batch 8 x 8, or 64 at once; checkpointing; GradCache) trains two
     optimizer steps of a tiny model on 140 triplets; the queue rows record gradient norms."""
-    monkeypatch.setattr(retrieval_runs, "base_model", lambda device: copy.deepcopy(tiny_model))
+    monkeypatch.setattr(retrieval_runs, "base_model", lambda device, name="default": copy.deepcopy(tiny_model))
     monkeypatch.setattr(retrieval_runs, "score", lambda model, data, args: {"dev": {}, "test": {}, "general": {}})
     rows = datasets.Dataset.from_dict({"anchor": [f"question {i} about topic {i % 7}" for i in range(140)],
                                        "positive": [f"answer {i} on topic {i % 7}" for i in range(140)],
                                        "negative": [f"an unrelated text number {i}" for i in range(140)]})
-    args = argparse.Namespace(device="cpu", data_dir=None, dry_run=True, rows_cache=None)
+    args = argparse.Namespace(device="cpu", data_dir=None, dry_run=True, rows_cache=None, model="default")
     ctx = retrieval_runs.TrainingRows(args, bench.PROTOCOLS)
     ctx.rows[("scifact", "corpus_mined", "{}")] = (rows, 0.0, False)
     ctx.data["scifact"] = RetrievalData(corpus={"d0": "answer 0 on topic 0"}, queries={"q0": "question 0 about topic 0"},

@@ -52,11 +52,13 @@ class RetrievalProtocol:
     dev_queries: int = 0  # queries judged in the dev split (a test checks it against the data)
 
 
-def base_model(device: str):
-    """The bundled all-MiniLM-L6-v2 at :data:`MAX_SEQ_LENGTH` tokens (fewer where a small test model has fewer positions)."""
+def base_model(device: str, name: str = "default"):
+    """The model to train (default: the bundled all-MiniLM-L6-v2; a hub name or folder otherwise)
+    at :data:`MAX_SEQ_LENGTH` tokens (fewer where a small test model has fewer positions). The
+    mined rows always come from the bundled model, whatever is trained on them."""
     from contrastive_bert.models import load_model
 
-    model = load_model("default", device=device)
+    model = load_model(name, device=device)
     positions = getattr(getattr(model[0], "auto_model", None), "config", None)
     limit = getattr(positions, "max_position_embeddings", MAX_SEQ_LENGTH)
     model.max_seq_length = min(MAX_SEQ_LENGTH, limit)
@@ -96,7 +98,7 @@ def st_mined(data, device: str, miner: Mapping[str, Any], max_positives: int):
     from sentence_transformers.util import mine_hard_negatives
 
     from contrastive_bert.data.training_pairs import retrieval_pairs
-    from contrastive_bert.queue_search import faiss_available
+    from contrastive_bert.topk_search import faiss_available
 
     pairs = retrieval_pairs(data, "train", max_positives)
     return mine_hard_negatives(pairs, base_model(device), anchor_column_name="anchor", positive_column_name="positive",
