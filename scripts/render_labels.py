@@ -49,7 +49,14 @@ ACL_LABELS = {"logreg": "logistic regression on frozen embeddings", "ce": "CE", 
               "acl_embed_grad": "ACL-Embed + ACL-Grad"}
 ACL_OPTIONS = {"learning_rate": "lr", "contrastive_weight": "λ", "temperature": "τ"}
 ACL_DATASETS = {"banking77": "Banking77", "emotion": "emotion", "sst2": "SST-2"}
-ACL_REGIMES = {"full": "full train", "10-shot": "10 per class"}
+ACL_REGIMES = {"full": "all of train", "10-shot": "10 per class"}
+ACL_SAMPLED = {"emotion": "a 3,000-row sample of train", "sst2": "a 3,000-row sample of train"}  # "full" as it was used
+
+
+def acl_regime(dataset: str, regime: str) -> str:
+    """The training data of an ACL regime as it was used: all of train, a sample of N rows, k-shot."""
+    return ACL_SAMPLED.get(dataset, ACL_REGIMES[regime]) if regime == "full" else ACL_REGIMES[regime]
+
 ACL_COST_LABELS = {"acl_embed": "ACL-Embed, no gating", "acl_embed_grad_exact": "ACL-Grad, exact angle over all parameters",
                    "acl_embed_grad_head_last_layer": "ACL-Grad, angle over the head + last encoder layer (default)",
                    "acl_embed_grad_exact_every5": "ACL-Grad, exact angle every 5 steps",
