@@ -56,6 +56,7 @@ from contrastive_bert.benchmarking.protocol import Grid, Method, Run, paired_dif
 from contrastive_bert.benchmarking.retrieval_runs import METRICS, ROWS_CACHE, PeakMemory, RetrievalProtocol, TrainingRows
 from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
 from contrastive_bert.training.queue_probe import QueueNegativeProbe
+from contrastive_bert.training.step_timer import StepTimer
 
 logger = logging.getLogger("bench_memory_budget")
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -64,6 +65,7 @@ TOTAL_BATCH = 64
 ACCUMULATION = TOTAL_BATCH // MICRO_BATCH
 LR = (5e-5, 2e-5)  # the recipes' rate first: it wins ties
 NOTHING_LEFT = 10  # exit status under --max-runs when every planned run is done (ends a shell loop)
+TIMING_STEPS = 6  # optimizer steps of each method in the timing pass (the first one, warm-up, not counted)
 ROWS = "corpus_mined"
 
 PROTOCOLS = {
@@ -176,7 +178,9 @@ class GradientNorms:
                                                 if ratios[i * third:(i + 1) * third or None]]}
 
 
-def run_one(setting: str, name: str, options: Mapping[str, Any], config: int, seed: int, ctx: TrainingRows) -> dict:
+def run_one(setting: str, name: str, options: Mapping[str, Any], config: int, seed: int, ctx: TrainingRows,
+            timing_steps: int | None = None) -> dict:
+    """One training run, scored; with ``timing_steps``, only that many optimizer steps, timed, not scored."""
     args = ctx.args
     method_ = METHODS[name]
     fields = method_.fields
@@ -187,7 +191,7 @@ def run_one(setting: str, name: str, options: Mapping[str, Any], config: int, se
     model = retrieval_runs.base_model(args.device, args.model)
     recipe = TrainingRecipe(
         datasets=[PROTOCOLS[setting].data], loss=method_.loss, loss_options=dict(options), epochs=PROTOCOLS[setting].epochs,
-        max_steps=DRY_RUN_STEPS if args.dry_run else -1, batch_size=fields["batch_size"], learning_rate=learning_rate,
+        max_steps=timing_steps or (DRY_RUN_STEPS if args.dry_run else -1), batch_size=fields["batch_size"], learning_rate=learning_rate,
         gradient_accumulation_steps=fields["gradient_accumulation_steps"], gradient_checkpointing=fields["gradient_checkpointing"],
         max_seq_length=model.max_seq_length, seed=seed, save_steps=10**6, eval_steps=10**6, logging_steps=5,
         data_dir=args.data_dir, dev_task=None, eval_tasks=[],
@@ -199,10 +203,13 @@ def run_one(setting: str, name: str, options: Mapping[str, Any], config: int, se
     if hasattr(queue_loss, "miner"):
         probe = QueueNegativeProbe(queue_loss, retrieval_runs.relevance_by_text_id(model, ctx.retrieval(setting)))
         norms = GradientNorms(queue_loss)
+    timer = StepTimer()
     start = time.perf_counter()
     with PeakMemory(args.device) as memory, tempfile.TemporaryDirectory() as output_dir:
-        trainer = fit(model, rows, loss, recipe, output_dir, batch_sampler=entry.batch_sampler)
+        trainer = fit(model, rows, loss, recipe, output_dir, batch_sampler=entry.batch_sampler, callbacks=[timer])
     seconds = time.perf_counter() - start
+    steady = timer.durations[1:] or timer.durations  # the first step warms up (allocations, lazy queue)
+    step_seconds = sorted(steady)[len(steady) // 2] if steady else None
     if probe is not None:
         probe.close()
     steps = trainer.state.global_step
@@ -211,13 +218,18 @@ def run_one(setting: str, name: str, options: Mapping[str, Any], config: int, se
     losses = [item["loss"] for item in trainer.state.log_history if "loss" in item]
     if losses and not all(math.isfinite(v) for v in losses):
         raise RuntimeError(f"{setting}/{name}: non-finite training loss")
+    memory_record = {"kind": memory.kind, "before_mb": memory.before_mb, "peak_mb": memory.peak_mb,
+                     "training_mb": memory.peak_mb - memory.before_mb}
+    if timing_steps:
+        return {"setting": setting, "method": name, "part": "timing", "options": options, "steps": steps,
+                "step_seconds": timer.durations, "median_step_seconds": step_seconds, "memory": memory_record,
+                "load_average_1min": os.getloadavg()[0], "torch_threads": torch.get_num_threads(), "dry_run": bool(args.dry_run)}
     return {
         "setting": setting, "method": name, "config": config, "seed": seed, "learning_rate": learning_rate, "options": options,
         "batch_size": fields["batch_size"], "gradient_accumulation_steps": fields["gradient_accumulation_steps"],
         "gradient_checkpointing": fields["gradient_checkpointing"], "steps": steps, "train_rows": len(rows),
-        "train_seconds": seconds, "seconds_per_step": seconds / steps, "rows_seconds": rows_seconds, "rows_cached": rows_cached,
-        "memory": {"kind": memory.kind, "before_mb": memory.before_mb, "peak_mb": memory.peak_mb,
-                   "training_mb": memory.peak_mb - memory.before_mb},
+        "train_seconds": seconds, "seconds_per_step": seconds / steps, "median_step_seconds": step_seconds,
+        "rows_seconds": rows_seconds, "rows_cached": rows_cached, "memory": memory_record,
         "load_average_15min": os.getloadavg()[2], "torch_threads": torch.get_num_threads(),
         "queue_probe": None if probe is None else probe.summary(), "gradient_norms": None if norms is None else norms.summary(),
         "last_loss": losses[-1] if losses else None, "dry_run": bool(args.dry_run),
@@ -281,8 +293,28 @@ def verdict(methods: dict[str, dict], decisive: list[str]) -> dict[str, Any]:
     return out
 
 
+def timing_key(name: str) -> str:
+    return f"timing/{name}"
+
+
+def timing_summary(records: list[dict]) -> dict[str, dict] | None:
+    """The timing pass (one process, nothing else running, every method back to back): per method
+    the median seconds of an optimizer step after the first, and the peak memory of training."""
+    timed = {r["method"]: r for r in records if r.get("part") == "timing" and not r.get("dry_run")}
+    if not timed:
+        return None
+    return {name: {"median_step_seconds": r["median_step_seconds"], "peak_memory_mb": r["memory"]["peak_mb"],
+                   "training_memory_mb": r["memory"]["training_mb"], "memory_kind": r["memory"]["kind"], "steps": r["steps"],
+                   "load_average_1min": r["load_average_1min"]}
+            for name in METHODS if (r := timed.get(name))}
+
+
 def summarize(records: list[dict], seeds: list[int]) -> dict:
     out: dict[str, Any] = {}
+    timing = timing_summary(records)
+    if timing:
+        out["timing"] = timing
+    records = [r for r in records if r.get("part") != "timing"]
     log = {r["key"]: r for r in records if not r.get("dry_run")}
     plan = grid(SETTINGS, seeds)
     for setting in SETTINGS:
@@ -343,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-cache", default=str(ROWS_CACHE), type=lambda text: None if text == "none" else text, metavar="DIR",
                         help=f"keep mined training rows here between runs ('none': mine in every run) (default: {ROWS_CACHE})")
     parser.add_argument("--settings", default="scifact,nfcorpus_cpu", help=f"comma-separated among {', '.join(SETTINGS)}")
+    parser.add_argument("--timing", action="store_true",
+                        help=f"the timing pass instead of the grid: every method not yet timed, {TIMING_STEPS} optimizer steps each, "
+                             "back to back in this process (run it on a quiet machine)")
     parser.add_argument("--model", default="default",
                         help="the model trained (default: the bundled all-MiniLM-L6-v2; e.g. BAAI/bge-base-en-v1.5 on a GPU "
                              "machine that has its weights); another model needs its own --output and --run-log")
@@ -377,6 +412,15 @@ def main(argv: list[str] | None = None) -> int:
         write_summary()
         return 0
     ctx = TrainingRows(args, PROTOCOLS)
+    if args.timing:
+        for name in methods:
+            if not log.done(timing_key(name)):
+                method_ = METHODS[name]
+                options = {"learning_rate": LR[0], **method_.config(0)}
+                log.append(timing_key(name), run_one("scifact", name, options, 0, args.seeds[0], ctx, timing_steps=TIMING_STEPS))
+                logger.info("timed %s: %.1f s a step", name, log.records()[-1]["median_step_seconds"])
+        write_summary()
+        return 0
     plan = grid(settings, args.seeds)
     runs = 0
     while True:

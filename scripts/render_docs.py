@@ -159,6 +159,21 @@ def table_memory_budget(results: Results, setting: str = "scifact") -> str:
             + (f"\n\nRuns the plan still has to make in this setting (as far as it has decided): {missing}." if missing else ""))
 
 
+def table_memory_budget_timing(results: Results) -> str:
+    """memory_budget.json ``timing``: the timing pass (every method back to back in one process on a
+    quiet machine): median seconds of an optimizer step (64 rows), relative to accumulated MNRL, and
+    the peak memory of training."""
+    timing = results["memory_budget"].get("timing") if results.has("memory_budget") else None
+    if not timing:
+        return "*The timing pass has not run yet (`eval/bench_memory_budget.py --timing`).*"
+    base = (timing.get("mnrl_accumulated") or {}).get("median_step_seconds")
+    columns = [Column("s / optimizer step (median)", "median_step_seconds", ".1f"),
+               Column("vs accumulated MNRL", "median_step_seconds", lambda v: f"{v / base:.2f}x" if base else ""),
+               Column("peak memory of training, GiB", "peak_memory_mb", lambda v: fmt(v / 1024, ".2f")),
+               Column("of it, added by training, GiB", "training_memory_mb", lambda v: fmt(v / 1024, ".2f"))]
+    return benchmark_table(timing, columns, MEMORY_BUDGET_LABELS, unlabelled="`{}`")
+
+
 QUEUE_DIAGNOSIS_COLUMNS = [
     Column("configuration", "", lambda run: options_text({**run["options"], "learning_rate": run["learning_rate"]})),
     Column("dev nDCG@10", "dev_ndcg_at_10"), Column("last loss", "last_loss"),

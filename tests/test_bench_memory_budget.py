@@ -114,3 +114,22 @@ def test_every_method_trains_through_the_package(bench, name, monkeypatch, tiny_
     assert record["gradient_accumulation_steps"] == method.fields["gradient_accumulation_steps"]
     if method.loss == "queue_infonce":
         assert record["gradient_norms"]["calls"] == 16 and record["gradient_norms"]["document_over_anchor"] > 0
+
+
+def test_the_timing_pass_times_steps_without_scoring(bench, monkeypatch, tiny_model):
+    """``--timing``: a few optimizer steps per method, timed step by step (the first, warm-up, left
+    out of the median), never scored; the summary keeps them apart from the grid."""
+    monkeypatch.setattr(retrieval_runs, "base_model", lambda device, name="default": copy.deepcopy(tiny_model))
+    monkeypatch.setattr(retrieval_runs, "score", lambda *a: (_ for _ in ()).throw(AssertionError("timing scores nothing")))
+    rows = datasets.Dataset.from_dict({"anchor": [f"question {i}" for i in range(80)], "positive": [f"answer {i}" for i in range(80)],
+                                       "negative": [f"other {i}" for i in range(80)]})
+    args = argparse.Namespace(device="cpu", data_dir=None, dry_run=False, rows_cache=None, model="default")
+    ctx = retrieval_runs.TrainingRows(args, bench.PROTOCOLS)
+    ctx.rows[("scifact", "corpus_mined", "{}")] = (rows, 0.0, False)
+    ctx.data["scifact"] = RetrievalData(corpus={"d0": "answer 0"}, queries={"q0": "question 0"}, qrels={"train": {"q0": {"d0": 1}}})
+    record = bench.run_one("scifact", "queue_dual_step", {"learning_rate": 5e-5, **bench.METHODS["queue_dual_step"].config(0)},
+                           0, 0, ctx, timing_steps=3)
+    assert record["part"] == "timing" and record["steps"] == 3 and len(record["step_seconds"]) == 3
+    assert record["median_step_seconds"] == sorted(record["step_seconds"][1:])[1]
+    summary = bench.summarize([{**record, "key": bench.timing_key("queue_dual_step")}], [0])
+    assert list(summary) == ["timing"] and summary["timing"]["queue_dual_step"]["median_step_seconds"] == record["median_step_seconds"]
