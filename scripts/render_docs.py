@@ -1,6 +1,7 @@
-"""Write the pages whose figures come from files: docs/results.md and docs/results_archive.md from
-eval/results/*.json, the data cards data/*.md from the data sets' DatasetSpec (render_data_cards.py),
-and the README's generated blocks (render_readme.py). A figure is then written once, in its JSON or
+"""Write the pages whose figures come from files: README.md, docs/results.md and
+docs/results_archive.md from their templates and eval/results/*.json (the README's tables are its
+generated blocks, render_readme.py), and the data cards data/*.md from the data sets' DatasetSpec
+(render_data_cards.py). A figure is then written once, in its JSON or
 its spec, and cannot drift.
 
     python scripts/render_docs.py            # rewrite every page
@@ -453,8 +454,10 @@ def render_all(root: Path = ROOT) -> dict[Path, str]:
     for spec, doc in specs:
         pages[root / "data" / f"{spec.name}.md"] = data_card(spec, doc)
     pages[root / "data" / "README.md"] = data_index([spec for spec, _ in specs])
-    readme = root / "README.md"
-    pages[readme] = render_readme(readme.read_text(encoding="utf-8"), results)
+    template = TEMPLATES / "README.md.in"  # the README's prose, its figures as template values
+    text = GENERATED.format(source="eval/results/*.json", edit="docs/templates/README.md.in") + render_template(
+        template.read_text(encoding="utf-8"), results)
+    pages[root / "README.md"] = render_readme(text, results)
     return pages
 
 
