@@ -16,6 +16,7 @@ from contrastive_bert.cli.arguments import (
     add_split_argument,
     add_tasks_argument,
     check_output,
+    positive_int,
     replace_output,
 )
 
@@ -35,6 +36,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_data_dir_argument(parser)
     add_split_argument(parser, "test", "split to score")
     add_batch_size_argument(parser, default=64)
+    parser.add_argument("--max-eval-samples", type=positive_int, default=None, metavar="N",
+                        help="score N shuffled rows of each task's split (a retrieval task: N queries, searched over "
+                        "the whole corpus; a classification task also fits its probe on N training rows), for a quick "
+                        "estimate; the output says which tasks were cut (default: every row)")
     parser.add_argument("--mteb", action="store_true", help="evaluate through mteb.evaluate (local data as mteb tasks; stock tasks with --online)")
     parser.add_argument("--online", action="store_true", help="with --mteb: use mteb's stock tasks from the hub")
     parser.add_argument("--mteb-output-dir", default=None, metavar="DIR", help="with --mteb: folder for mteb's own result files")
@@ -59,6 +64,8 @@ def run_eval(args: argparse.Namespace) -> int:
     output = check_output(args.output, args.overwrite)
     check_model_name(args.model)
     if args.mteb:
+        if args.max_eval_samples is not None:
+            raise ValueError("--max-eval-samples: not with --mteb (mteb scores whole splits)")
         return _run_mteb(args, names, output)
     tasks = check_tasks(names)
     resolve_data_dir(args.data_dir)
@@ -66,12 +73,51 @@ def run_eval(args: argparse.Namespace) -> int:
     for task in tasks:
         if args.split not in data[task]:
             raise ValueError(f"--split: task {task!r} has no {args.split!r} split")
+    notes = []
+    if args.max_eval_samples is not None:
+        data, notes = capped_data(data, args.split, args.max_eval_samples)
     model = load_model(args.model)
     results = evaluate_tasks(model, tasks, split=args.split, batch_size=args.batch_size, data=data,
                              show_progress_bar=logger.isEnabledFor(logging.INFO))
     print(format_results(results))
+    for note in notes:
+        print(note)
     _write_results(output, results)
     return 0
+
+
+def capped_data(data: dict, split: str, rows: int) -> tuple[dict, list[str]]:
+    """``data`` with each task cut to ``rows`` shuffled rows per split (a retrieval task: ``rows``
+    queries per split, the whole corpus kept; :func:`~contrastive_bert.evaluation.tasks.cap_rows`),
+    and one line per task that lost rows, saying what it is scored on."""
+    from contrastive_bert.data import get_dataset
+    from contrastive_bert.data.beir import RetrievalData
+    from contrastive_bert.evaluation.tasks import cap_rows
+
+    capped, notes = {}, []
+    for task, loaded in data.items():
+        capped[task] = cap_rows(loaded, rows)
+        flag = f"{task}: --max-eval-samples {rows}: scored on"
+        if isinstance(capped[task], RetrievalData):
+            full = loaded if isinstance(loaded, RetrievalData) else RetrievalData.from_splits(loaded)
+            before, after = _judged(full, split), _judged(capped[task], split)
+            if after < before:
+                notes.append(f"{flag} {after} of its {before} {split} queries, searched over the whole corpus "
+                             f"({len(full.corpus)} documents)")
+            continue
+        scored, full = len(capped[task][split]), len(loaded[split])
+        fitted = "train" in loaded and split != "train" and get_dataset(task).task_type == "classification"
+        if scored < full or (fitted and len(capped[task]["train"]) < len(loaded["train"])):
+            note = f"{flag} {scored} of its {full} {split} rows"
+            if fitted:
+                note += f", its classifier fitted on {len(capped[task]['train'])} of its {len(loaded['train'])} train rows"
+            notes.append(note)
+    return capped, notes
+
+
+def _judged(data, split: str) -> int:
+    """Queries of ``split`` the retrieval scorer evaluates (judged, with a query text)."""
+    return sum(1 for query in data.split(split) if query in data.queries)
 
 
 def _run_mteb(args: argparse.Namespace, names: list[str], output: Path | None) -> int:

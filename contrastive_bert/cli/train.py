@@ -249,12 +249,20 @@ def newest_checkpoint(output_dir: str | Path) -> str | None:
 
 def stopped_message(output_dir: str | Path, how: str) -> str:
     """One line: how training stopped, the checkpoint to continue from and the command that does."""
+    from contrastive_bert.training.output_dir import MINED_ROWS, resumable_before_checkpoint
+
     checkpoint = newest_checkpoint(output_dir)
+    resume = f"contrastive-bert train --output-dir {output_dir} --resume"
+    if checkpoint is None and resumable_before_checkpoint(output_dir):
+        mined = Path(output_dir) / MINED_ROWS
+        kept = sum(1 for p in mined.glob("*/report.json")) if mined.is_dir() else 0
+        done = (f"the mined rows of {kept} data set{'s' if kept != 1 else ''} are kept in {mined}" if kept
+                else "the recipe is recorded (mining starts again)")
+        return f"contrastive-bert train: {how} before the first checkpoint was saved; {done}; continue with: {resume}"
     if checkpoint is None:
         return (f"contrastive-bert train: {how} before the first checkpoint was saved; nothing to resume: "
                 f"run the same command with --overwrite to start again")
-    return (f"contrastive-bert train: {how}; last checkpoint {checkpoint}; continue with: "
-            f"contrastive-bert train --output-dir {output_dir} --resume")
+    return f"contrastive-bert train: {how}; last checkpoint {checkpoint}; continue with: {resume}"
 
 
 def run_train(args: argparse.Namespace) -> int:

@@ -36,4 +36,4 @@ def load_custom_dataset(
     if task_type == "classification" and label_names is None:
         label_names = infer_label_names(data["label"])
         data["label"] = [str(v) for v in data["label"]]
-    return build_split(task_type, data, label_names)
+    return build_split(task_type, data, label_names, source=source)

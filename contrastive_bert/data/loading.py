@@ -90,5 +90,6 @@ def load_local(spec: DatasetSpec, folder: Path) -> datasets.DatasetDict:
         split_of = {file_name: split for split, file_name in spec.files.items()}
         built = {file_name: build_retrieval_split(split_of[file_name], table) for file_name, table in tables.items()}
     else:
-        built = {file_name: build_split(spec.task_type, table, label_names) for file_name, table in tables.items()}
+        built = {file_name: build_split(spec.task_type, table, label_names, source=folder / file_name)
+                 for file_name, table in tables.items()}
     return datasets.DatasetDict({split: built[file_name] for split, file_name in spec.files.items()})

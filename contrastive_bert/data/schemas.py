@@ -64,11 +64,14 @@ def schema_columns(task_type: str, column_names: Sequence[str]) -> tuple[str, ..
     return TASK_COLUMNS[task_type]
 
 
-def build_split(task_type: str, columns: dict[str, Sequence], label_names: Sequence[str] | None = None) -> datasets.Dataset:
+def build_split(
+    task_type: str, columns: dict[str, Sequence], label_names: Sequence[str] | None = None, source: object = "split"
+) -> datasets.Dataset:
     """Make a validated ``datasets.Dataset`` of ``task_type`` from python columns.
 
     For ``classification``, ``columns["label"]`` may hold label names or integer ids
-    (0..K-1); both are checked against ``label_names``.
+    (0..K-1); both are checked against ``label_names``. ``source``: where the rows come from (a
+    file), as errors name it ("row 3 of data.csv").
     """
     task_type = check_task_type(task_type)
     columns = dict(columns)
@@ -84,8 +87,9 @@ def build_split(task_type: str, columns: dict[str, Sequence], label_names: Seque
             elif not isinstance(value, (str, bool)) and isinstance(value, int) and 0 <= value < len(label_names):
                 labels.append(int(value))
             else:
+                where = "" if source == "split" else f" of {source}"
                 raise ValueError(
-                    f"label: row {row} has label {value!r}, which is not in the declared label set "
+                    f"label: row {row}{where} has label {value!r}, which is not in the declared label set "
                     f"({len(label_names)} labels: {label_names[:5]}{'...' if len(label_names) > 5 else ''})"
                 )
         columns["label"] = labels
@@ -94,7 +98,7 @@ def build_split(task_type: str, columns: dict[str, Sequence], label_names: Seque
         features = None
     names = schema_columns(task_type, list(columns))
     dataset = datasets.Dataset.from_dict({name: list(columns[name]) for name in names if name in columns}, features=features)
-    validate_split(dataset, task_type)
+    validate_split(dataset, task_type, split=str(source))
     return dataset
 
 

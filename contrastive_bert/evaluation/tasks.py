@@ -115,7 +115,11 @@ def cap_rows(data, rows: int, seed: int = 0):
         return data.with_queries_capped(rows, seed)
     if "corpus" in data and "queries" in data:
         return RetrievalData.from_splits(data).with_queries_capped(rows, seed)
-    return {name: split.shuffle(seed=seed).select(range(min(rows, len(split)))) for name, split in data.items()}
+    capped = {}  # splits read from one file stay one object (a classifier never fits on its test rows)
+    for split in data.values():
+        if id(split) not in capped:
+            capped[id(split)] = split.shuffle(seed=seed).select(range(min(rows, len(split))))
+    return {name: capped[id(split)] for name, split in data.items()}
 
 
 def evaluate_task(

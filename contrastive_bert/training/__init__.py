@@ -14,6 +14,7 @@ _EXPORTS = {
     "get_loss_entry": "losses_registry",
     "register_loss": "losses_registry",
     "TrainingRecipe": "recipe",
+    "NothingTrained": "runner",
     "TrainingOutcome": "runner",
     "check_recipe": "runner",
     "fit": "runner",

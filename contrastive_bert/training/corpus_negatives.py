@@ -13,10 +13,13 @@ the query in any split; candidates scoring above ``perc_pos`` x the positive dro
 
 from __future__ import annotations
 
+import json
 import logging
+import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # the recipe checks this config at --help speed: no datasets import at module load
@@ -95,12 +98,17 @@ def mine_training_rows(
     max_positives_per_query: int | None = 4,
     seed: int = 42,
     max_samples: int | None = None,
+    store: str | Path | None = None,
+    show_progress_bar: bool = False,
 ) -> tuple[datasets.Dataset, list, dict[str, Any]]:
     """``(rows, callbacks, report)``: ``(anchor, positive, negative_1..)`` rows of the retrieval
     sets ``names`` (each loaded by ``load(name)``, a :class:`~contrastive_bert.data.beir.RetrievalData`),
     mined by ``model`` (shuffled with ``seed``, cut to ``max_samples``); the trainer callbacks that
-    refresh them (``refresh_every_epochs``); what the mining kept and dropped per data set, and its seconds."""
-    from contrastive_bert.corpus_mining import mine_corpus_negatives
+    refresh them (``refresh_every_epochs``); what the mining kept and dropped per data set, and its seconds.
+
+    ``store``: a folder (a run's ``mined/``) that keeps each data set's rows once mined
+    (``save_to_disk``) and gives them back instead of mining again (``--resume`` after an interruption).
+    ``show_progress_bar``: bars while the corpus and the queries are encoded and searched."""
     from contrastive_bert.training.corpus_refresh import CorpusNegativeRefresh
 
     check_corpus_negative_datasets(names)
@@ -109,30 +117,20 @@ def mine_training_rows(
     options = dict(num_negatives=config.num_negatives, range_max=config.range_max, perc_pos=config.perc_pos,
                    sampling=config.sampling, max_positives_per_query=max_positives_per_query, seed=seed)
     parts, callbacks, report = [], [], {}
-    for name in names:
+    for index, name in enumerate(names):
         data = load(name)
-        start = time.perf_counter()
-        try:
-            rows, mined = mine_corpus_negatives(model, data, "train", return_report=True, **options)
-            kept, pairs = mined.kept, mined.pairs
-        except ValueError as error:  # no pair kept a negative
-            if config.fallback != "pairs":
-                raise
-            rows, mined, kept, pairs = None, None, 0, None
-            logger.warning("corpus negatives of %s: %s", name, error)
-        report[name] = {**(asdict(mined) if mined else {"kept": 0}), "seconds": time.perf_counter() - start}
-        if config.fallback == "pairs" and (rows is None or kept < pairs / 2):
-            logger.warning("corpus negatives of %s: only %d pairs kept a negative; training on the plain pairs instead "
-                           "(corpus_negatives.fallback)", name, kept)
-            from contrastive_bert.data.training_pairs import retrieval_pairs
-
-            report[name]["fell_back_to_pairs"] = True
-            rows = retrieval_pairs(data, "train", max_positives_per_query, seed=seed)
-            parts.append(_sample(rows, seed, max_samples))
-            continue
-        logger.info("corpus negatives of %s: %d of %d pairs kept (%.0f s)", name, kept, pairs, report[name]["seconds"])
+        folder = Path(store) / str(index) if store is not None else None
+        settings = {"dataset": name, "fallback": config.fallback, **options}
+        saved = load_mined_rows(folder, settings) if folder is not None else None
+        if saved is not None:
+            rows, report[name] = saved
+            logger.info("corpus negatives of %s: %d rows mined before, read from %s", name, len(rows), folder)
+        else:
+            rows, report[name] = _mine_one(model, name, data, config, options, show_progress_bar)
+            if folder is not None:
+                save_mined_rows(folder, rows, report[name], settings)
         rows = _sample(rows, seed, max_samples)
-        if config.refresh_every_epochs is not None:
+        if config.refresh_every_epochs is not None and not report[name].get("fell_back_to_pairs"):
             refresh = CorpusNegativeRefresh(model, data, rows, every_epochs=config.refresh_every_epochs,
                                             **{k: v for k, v in options.items() if k != "num_negatives"})
             rows = refresh.rows
@@ -145,6 +143,73 @@ def mine_training_rows(
     if len({tuple(part.column_names) for part in parts}) > 1:  # one set fell back to pairs: all train on pairs
         parts = [part.select_columns(["anchor", "positive"]) for part in parts]
     return _sample(datasets.concatenate_datasets(parts), seed, max_samples), callbacks, report
+
+
+def _mine_one(model, name: str, data, config: CorpusNegatives, options: dict[str, Any],
+              show_progress_bar: bool) -> tuple[datasets.Dataset, dict[str, Any]]:
+    """``(rows, report)`` of one retrieval set: its mined rows, or its plain pairs when too few
+    pairs kept a negative and ``config.fallback`` is ``"pairs"`` (unshuffled, uncut)."""
+    from contrastive_bert.corpus_mining import mine_corpus_negatives
+
+    start = time.perf_counter()
+    logger.info("corpus negatives of %s: mining with the model about to be trained", name)
+    try:
+        rows, mined = mine_corpus_negatives(model, data, "train", return_report=True,
+                                            show_progress_bar=show_progress_bar, **options)
+        kept, pairs = mined.kept, mined.pairs
+    except ValueError as error:  # no pair kept a negative
+        if config.fallback != "pairs":
+            raise
+        rows, mined, kept, pairs = None, None, 0, None
+        logger.warning("corpus negatives of %s: %s", name, error)
+    report = {**(asdict(mined) if mined else {"kept": 0}), "seconds": time.perf_counter() - start}
+    if config.fallback == "pairs" and (rows is None or kept < pairs / 2):
+        logger.warning("corpus negatives of %s: only %d pairs kept a negative; training on the plain pairs instead "
+                       "(corpus_negatives.fallback)", name, kept)
+        from contrastive_bert.data.training_pairs import retrieval_pairs
+
+        report["fell_back_to_pairs"] = True
+        return retrieval_pairs(data, "train", options["max_positives_per_query"], seed=options["seed"]), report
+    logger.info("corpus negatives of %s: %d of %d pairs kept (%.0f s)", name, kept, pairs, report["seconds"])
+    return rows, report
+
+
+_ROWS, _REPORT = "rows", "report.json"
+
+
+def save_mined_rows(folder: str | Path, rows: datasets.Dataset, report: dict[str, Any], settings: dict[str, Any]) -> None:
+    """Keep one data set's mined rows in ``folder`` (``rows/`` by ``save_to_disk``, then
+    ``report.json`` with the settings they were mined with: written last, it marks them complete)."""
+    folder = Path(folder)
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    shown = not are_progress_bars_disabled()
+    disable_progress_bars()  # a bar for a save of seconds says nothing
+    try:
+        rows.save_to_disk(str(folder / _ROWS))
+    finally:
+        if shown:
+            enable_progress_bars()
+    (folder / _REPORT).write_text(json.dumps({"settings": settings, "report": report}, indent=2) + "\n", encoding="utf-8")
+
+
+def load_mined_rows(folder: str | Path, settings: dict[str, Any]) -> tuple[datasets.Dataset, dict[str, Any]] | None:
+    """``(rows, report)`` kept by :func:`save_mined_rows` with these ``settings``; None when
+    ``folder`` holds none (never mined, mining interrupted) or rows mined with other settings."""
+    folder = Path(folder)
+    try:
+        saved = json.loads((folder / _REPORT).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict) or saved.get("settings") != json.loads(json.dumps(settings)):
+        logger.info("corpus negatives: %s holds rows mined with other settings; mining again", folder)
+        return None
+    import datasets
+
+    return datasets.load_from_disk(str(folder / _ROWS)), {**saved["report"], "read_from": str(folder)}
 
 
 def _sample(rows: datasets.Dataset, seed: int, max_samples: int | None) -> datasets.Dataset:

@@ -23,9 +23,10 @@ CHECKPOINTS = "checkpoints"
 FINAL_MODEL = "final"
 RESULTS_FILE = "results.json"
 SCORES_BEFORE_FILE = "scores_before.json"
+MINED_ROWS = "mined"  # corpus negatives, kept once mined (training.corpus_negatives) for --resume
 # Everything a run of this package writes into its output folder (stage-* from two-stage training).
 ARTEFACT_FILES = (RECIPE_FILE, SCORES_BEFORE_FILE, RESULTS_FILE)
-ARTEFACT_FOLDERS = (CHECKPOINTS, FINAL_MODEL)
+ARTEFACT_FOLDERS = (CHECKPOINTS, FINAL_MODEL, MINED_ROWS)
 STAGE_FOLDER = re.compile(r"stage-[\w.-]+")
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 
@@ -54,7 +55,9 @@ def prepare_output_dir(output_dir: str | Path, overwrite: bool = False, resume: 
     Writes and removes nothing.
 
     - new or empty folder: fine;
-    - existing run and ``resume``: continue from its last checkpoint (error if it has none);
+    - existing run and ``resume``: continue from its last checkpoint; a run stopped before its
+      first checkpoint only when it mines corpus negatives (None: train from step 0 on the rows
+      it mined, or mine again); otherwise an error;
     - existing folder and ``overwrite``: fine (:func:`clear_run` later removes only this package's
       artefacts, keeping anything else the user put there);
     - otherwise: ``ValueError``.
@@ -69,7 +72,7 @@ def prepare_output_dir(output_dir: str | Path, overwrite: bool = False, resume: 
     if resume:
         checkpoint_root = output_dir / CHECKPOINTS
         last = last_checkpoint(checkpoint_root)
-        if last is None:
+        if last is None and not resumable_before_checkpoint(output_dir):
             raise ValueError(f"resume: no checkpoint-* folder under {checkpoint_root}")
         return last
     if not overwrite:
@@ -78,6 +81,13 @@ def prepare_output_dir(output_dir: str | Path, overwrite: bool = False, resume: 
             "or --resume to continue it"
         )
     return None
+
+
+def resumable_before_checkpoint(output_dir: str | Path) -> bool:
+    """Whether ``output_dir`` holds a run recorded before it mined corpus negatives (its recipe
+    and ``mined/``): ``--resume`` continues it even without a checkpoint, reusing what was mined."""
+    output_dir = Path(output_dir)
+    return (output_dir / RECIPE_FILE).is_file() and (output_dir / MINED_ROWS).is_dir()
 
 
 def clear_run(output_dir: str | Path) -> list[Path]:

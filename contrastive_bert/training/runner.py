@@ -14,6 +14,7 @@ from contrastive_bert.training.losses_registry import get_loss_entry
 from contrastive_bert.training.output_dir import (
     CHECKPOINTS,
     FINAL_MODEL,
+    MINED_ROWS,
     RESULTS_FILE,
     SCORES_BEFORE_FILE,
     clear_run,
@@ -23,6 +24,14 @@ from contrastive_bert.training.output_dir import (
 from contrastive_bert.training.recipe import RECIPE_FILE, TrainingRecipe
 
 logger = logging.getLogger(__name__)
+
+
+class NothingTrained(ValueError):
+    """Training made no optimizer step (no full batch): a ``ValueError``, the CLI's one-line error."""
+
+
+# Columns the batch samplers never compare (sentence-transformers' label columns, its data set tag).
+_NON_TEXT_COLUMNS = ("label", "score", "dataset_name")
 
 
 @dataclass
@@ -164,7 +173,20 @@ def fit(
     trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     if guard.failed:
         raise guard.error()
+    if trainer.state.global_step == 0:
+        raise NothingTrained(no_step_message(train_dataset, recipe, batch_sampler))
     return trainer
+
+
+def no_step_message(train_dataset, recipe: TrainingRecipe, batch_sampler: str) -> str:
+    """Why a run made 0 optimizer steps and what to change, in one line."""
+    rows, size = len(train_dataset), recipe.batch_size
+    why = (" (this loss's no-duplicates batch sampler never puts one text twice in a batch: the rows hold too few "
+           "distinct texts for one batch)" if batch_sampler == "no_duplicates" else "")
+    accumulation = (f" x {recipe.gradient_accumulation_steps} (--gradient-accumulation-steps)"
+                    if recipe.gradient_accumulation_steps > 1 else "")
+    return (f"batch_size: training made 0 optimizer steps: {rows} training rows gave no full batch of {size} "
+            f"(--batch-size){accumulation}{why}; nothing was trained and no model saved; lower --batch-size or add data")
 
 
 def check_recipe(recipe: TrainingRecipe):
@@ -200,16 +222,39 @@ def check_recipe(recipe: TrainingRecipe):
     return entry, checkpoint
 
 
-def check_enough_rows(train_dataset, recipe: TrainingRecipe) -> None:
+def check_enough_rows(train_dataset, recipe: TrainingRecipe, batch_sampler: str = "batch_sampler") -> None:
     """A training set smaller than one batch trains 0 steps (the last partial batch is dropped):
-    refuse it before anything loads or is written, naming the data, its rows and the batch size."""
+    refuse it before training, naming the data, its rows and the batch size. With the
+    ``no_duplicates`` sampler (MNRL and the other in-batch losses) a batch also needs that many
+    rows with no text in common, so a column with fewer distinct texts than one batch is refused too."""
     rows, needed = len(train_dataset), recipe.batch_size
+    cut = f", cut by --max-train-samples {recipe.max_train_samples}" if recipe.max_train_samples is not None else ""
     if rows < needed:
-        cut = f", cut by --max-train-samples {recipe.max_train_samples}" if recipe.max_train_samples is not None else ""
         raise ValueError(
             f"datasets: {', '.join(recipe.datasets)} gives {rows} training rows{cut}, fewer than one batch of "
             f"{needed} (--batch-size): nothing would be trained; add rows or lower --batch-size"
         )
+    if batch_sampler != "no_duplicates":
+        return
+    distinct, column = fewest_distinct_texts(train_dataset)
+    if distinct < needed:
+        raise ValueError(
+            f"datasets: {', '.join(recipe.datasets)} gives {rows} training rows{cut}{',' if cut else ''} but only {distinct} distinct "
+            f"{column!r} texts, too few distinct texts for one batch of {needed} (--batch-size): this loss's "
+            f"no-duplicates batch sampler never puts one text twice in a batch, so nothing would be trained; "
+            f"lower --batch-size (to {distinct} at most) or add data with more distinct texts"
+        )
+
+
+def fewest_distinct_texts(train_dataset) -> tuple[int, str]:
+    """``(count, column)``: the text column with the fewest distinct values. No batch of the
+    no-duplicates sampler holds more rows than that (two rows sharing a text never meet)."""
+    columns = [c for c in train_dataset.column_names if c not in _NON_TEXT_COLUMNS]
+    counts = {column: len({str(value) for value in train_dataset[column]}) for column in columns}
+    if not counts:
+        return len(train_dataset), ""
+    column = min(counts, key=counts.get)
+    return counts[column], column
 
 
 def finished_run(recipe: TrainingRecipe) -> dict | None:
@@ -287,7 +332,7 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
             max_samples=recipe.max_train_samples, seed=recipe.seed, labelled_negatives=recipe.labelled_negatives,
             load=run_data.__getitem__,
         )
-        check_enough_rows(train_dataset, recipe)
+        check_enough_rows(train_dataset, recipe, entry.batch_sampler)
     evaluator = TaskEvaluator(recipe.dev_task, data=run_data[recipe.dev_task]) if recipe.dev_task else None
     eval_data = evaluation_data(recipe, run_data)
     model = load_model(recipe.model)
@@ -296,20 +341,27 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
     elif getattr(model, "max_seq_length", None) is not None:  # the model's full length, recorded as a number
         recipe = dataclasses.replace(recipe, max_seq_length=int(model.max_seq_length))
     callbacks = list(callbacks or [])
+    if recipe.overwrite:  # only now that data and model have loaded
+        clear_run(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_json(output_dir / RECIPE_FILE, recipe.recorded())  # before mining: an interrupted run can be resumed
     with reuse_encodings():  # the model is untouched until training: mining and the before-scores share one corpus encoding
         if recipe.corpus_negatives is not None:  # mined by the model about to be trained (and refreshed: ANCE)
             from contrastive_bert.training.corpus_negatives import CorpusNegatives, mine_training_rows
 
+            store = output_dir / MINED_ROWS  # each data set's rows kept once mined, read back by --resume
+            store.mkdir(exist_ok=True)
             train_dataset, refresh, mining = mine_training_rows(
                 model, recipe.datasets, CorpusNegatives.from_field(recipe.corpus_negatives), run_data.__getitem__,
-                seed=recipe.seed, max_samples=recipe.max_train_samples)
+                seed=recipe.seed, max_samples=recipe.max_train_samples, store=store,
+                show_progress_bar=logger.isEnabledFor(logging.INFO))
             callbacks += refresh
-            check_enough_rows(train_dataset, recipe)
+            try:
+                check_enough_rows(train_dataset, recipe, entry.batch_sampler)
+            except ValueError as error:
+                raise ValueError(f"{error} ({output_dir} keeps the recorded recipe and the mined rows: "
+                                 f"start again there with --overwrite)") from None
 
-        if recipe.overwrite:  # only now that data and model have loaded
-            clear_run(output_dir)
-        output_dir.mkdir(parents=True, exist_ok=True)
-        write_json(output_dir / RECIPE_FILE, recipe.recorded())
         before_file = output_dir / SCORES_BEFORE_FILE
         if checkpoint and before_file.is_file():
             before = json.loads(before_file.read_text())
@@ -319,10 +371,13 @@ def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutc
 
     loss = entry.build(model, train_dataset, recipe)
     start = time.perf_counter()
-    trainer = fit(
-        model, train_dataset, loss, recipe, str(output_dir / CHECKPOINTS), evaluator=evaluator,
-        callbacks=callbacks, batch_sampler=entry.batch_sampler, resume_from_checkpoint=checkpoint,
-    )
+    try:
+        trainer = fit(
+            model, train_dataset, loss, recipe, str(output_dir / CHECKPOINTS), evaluator=evaluator,
+            callbacks=callbacks, batch_sampler=entry.batch_sampler, resume_from_checkpoint=checkpoint,
+        )
+    except NothingTrained as error:
+        raise NothingTrained(f"{error} ({output_dir} keeps the recorded recipe: start again there with --overwrite)") from None
     seconds = time.perf_counter() - start
     model.save(str(output_dir / FINAL_MODEL))
     note_custom_modules(output_dir / FINAL_MODEL)

@@ -57,7 +57,7 @@ def test_classification_integer_labels_with_declared_names(tmp_path):
 
 def test_classification_label_outside_declared_set(tmp_path):
     path = _write(tmp_path / "sentiment.jsonl", pd.DataFrame({"text": ["bad", "meh"], "label": ["negative", "neutral"]}))
-    with pytest.raises(ValueError, match=r"label: row 1 has label 'neutral', which is not in the declared label set \(2 labels"):
+    with pytest.raises(ValueError, match=r"label: row 1 of .*sentiment.jsonl has label 'neutral', which is not in the declared label set \(2 labels"):
         load_custom_dataset(path, "classification", label_names=["negative", "positive"])
 
 
@@ -125,13 +125,13 @@ def test_non_numeric_score(tmp_path):
 
 def test_out_of_range_score(tmp_path):
     path = _write(tmp_path / "pairs.jsonl", pd.DataFrame({"sentence1": ["a", "b"], "sentence2": ["c", "d"], "score": [4.5, 0.2]}))
-    with pytest.raises(ValueError, match=r"score: row 0 of split is 4.5, expected a value in \[0, 1\] \(rescale"):
+    with pytest.raises(ValueError, match=r"score: row 0 of .*pairs.jsonl is 4.5, expected a value in \[0, 1\] \(rescale"):
         load_custom_dataset(path, "pair-score")
 
 
 def test_binary_label_out_of_range(tmp_path):
     path = _write(tmp_path / "para.csv", pd.DataFrame({"sentence1": ["a"], "sentence2": ["c"], "label": [3]}))
-    with pytest.raises(ValueError, match="label: row 0 of split is 3, expected 0 or 1"):
+    with pytest.raises(ValueError, match="label: row 0 of .*para.csv is 3, expected 0 or 1"):
         load_custom_dataset(path, "pair-binary")
 
 
