@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from contrastive_bert.data.beir import RetrievalData
 from contrastive_bert.embeddings import encode_normalized
-from contrastive_bert.queue_search import search_topk
+from contrastive_bert.topk_search import search_topk
 
 logger = logging.getLogger(__name__)
 

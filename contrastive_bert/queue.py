@@ -3,7 +3,7 @@
 Unlike the seed design's ``DynamicQueue`` the ring starts *empty* (a fill count marks the rows that
 hold real embeddings, so random initial rows never act as negatives), writes wrap around for any
 batch size, and every row remembers the id (a hash of its text) and the label of what it came from,
-so false negatives can be filtered out later (:mod:`contrastive_bert.queue_search`).
+so false negatives can be filtered out later (:mod:`contrastive_bert.topk_search`).
 """
 
 from __future__ import annotations

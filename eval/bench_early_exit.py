@@ -22,15 +22,17 @@ Models, per data set (``scripts/recipes/<data set>_multi_exit.yaml``):
 
 Protocol per stage-2 seed: every head's probabilities on dev and test in one pass, every criterion
 and threshold answered from them (``simulated_sweep``; equal to real early exit row by row); the
-setting is chosen on dev by the existing rule (``choose_on_dev``: fewest average layers within 1
-point of the full model's dev accuracy). On test, only the full model and the chosen setting are
-timed, at batch 32 (rows still running regrouped across batches) and batch 1, on the CPU clock and
-the wall clock (``--repeats`` passes, the fastest kept), tokenisation included; the timed accuracy
-is the reported one. Per data set: accuracy loss against the full model, speed-ups and average
-layers as mean ± std over the seeds. The truncated model is timed at every depth 1-5 and at full
-depth; the table row takes the depth early exit uses on average (rounded) and both neighbours, and
-the interpolation between the neighbours (a mix of the two depths at exactly that average cost).
-A batch-1 profile of the chosen setting on the first seed's model (``eval/profile_early_exit.py``)
+setting is chosen on dev by the existing rule (``choose_exit_setting``, through the protocol's
+``choose_on_dev``: fewest average layers within 1 point of the full model's dev accuracy). On
+test, only the full model and the chosen setting are timed, at batch 32 (rows still running
+regrouped across batches) and batch 1, on the CPU clock and the wall clock (``--repeats`` passes,
+the fastest kept), tokenisation included; the timed accuracy is the reported one. Per data set:
+accuracy loss against the full model, speed-ups and average layers as mean ± std over the seeds.
+The truncated model is timed at every depth 1-5 and at full depth; the table row takes the depth
+early exit uses on average (rounded) and both neighbours, and the interpolation between the
+neighbours (a mix of the two depths at exactly that average cost).
+A batch-1 profile of the chosen setting on the first seed's model
+(``contrastive_bert.inference.early_exit_profile``, what ``eval/profile_early_exit.py`` prints)
 says where the time of one call goes.
 
 Resumable: one run-log record per trained model (``early_exit_classifier_backbone.runs.jsonl``), so
@@ -55,8 +57,6 @@ import argparse
 import json
 import logging
 import math
-import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -418,7 +418,7 @@ def run_stage2(name: str, seed: int, args: argparse.Namespace, rows: dict, profi
     import dataclasses
 
     from contrastive_bert.heads.exits import load_multi_exit_model
-    from contrastive_bert.inference.early_exit import choose_on_dev, exit_probabilities, simulated_sweep
+    from contrastive_bert.inference.early_exit import choose_exit_setting, exit_probabilities, simulated_sweep
 
     stage1, stage2 = recipes_for(name, args)
     recipe = dataclasses.replace(stage2, seed=seed, output_dir=str(Path(args.work_dir) / name / f"stage-2-seed{seed}"),
@@ -426,7 +426,7 @@ def run_stage2(name: str, seed: int, args: argparse.Namespace, rows: dict, profi
     seconds = train_or_resume(recipe)
     model = load_multi_exit_model(str(Path(recipe.output_dir) / "final"), device=args.device)
     sweeps = {split: simulated_sweep(exit_probabilities(model, texts), labels, SETTINGS) for split, (texts, labels) in rows.items()}
-    choice = choose_on_dev(sweeps["dev"])
+    choice = choose_exit_setting(sweeps["dev"])
     record: dict[str, Any] = {"dataset": name, "part": "stage2", "seed": seed, "model": str(Path(recipe.output_dir) / "final"),
                               "train_seconds": round(seconds, 1), "dev_sweep": sweeps["dev"], "test_sweep": sweeps["test"],
                               "dev_choice": choice}
@@ -436,8 +436,7 @@ def run_stage2(name: str, seed: int, args: argparse.Namespace, rows: dict, profi
         simulated = next(s for s in sweeps["test"]["sweep"] if (s["criterion"], s["threshold"]) == setting)
         record["timed_vs_simulated_accuracy"] = round(record["test_timed"]["32"]["chosen"]["accuracy"] - simulated["accuracy"], 2)
         if profile:
-            sys.path.insert(0, str(Path(__file__).resolve().parent))
-            from profile_early_exit import profile as profile_batch1
+            from contrastive_bert.inference.early_exit_profile import profile as profile_batch1
 
             record["batch1_profile"] = profile_batch1(model, rows["test"][0][:PROFILE_SENTENCES], *setting)
     return record

@@ -2,7 +2,7 @@
 training trains the best retriever, at what time and memory?
 
 The protocol (SciFact, the retrieval benchmark's rows and scoring,
-:mod:`contrastive_bert.benchmarking.retrieval_runs`): the bundled all-MiniLM-L6-v2, 256 tokens,
+:mod:`contrastive_bert.training.retrieval_runs`): the bundled all-MiniLM-L6-v2, 256 tokens,
 3 epochs over our corpus-mined triplets (query, relevant document, mined negative: what the
 recipes train on), micro-batch 8, total batch 64 (8 micro-batches per optimizer step), warm-up 10%;
 MTEB-protocol nDCG@10 on dev and test and the general-ability block.
@@ -25,7 +25,7 @@ also confirm equal quality); every other row tries learning rates 5e-5 and 2e-5 
 Seeds 1-2 for the decisive rows (the best ST row of 1-3, the best of ours, its ablation), then
 NFCorpus's one-epoch CPU protocol on SciFact's choices. Each run records test and dev nDCG@10,
 seconds per optimizer step, training seconds, the peak memory of training alone
-(:class:`~contrastive_bert.benchmarking.retrieval_runs.PeakMemory`: RSS here, the CUDA
+(:class:`~contrastive_bert.training.retrieval_runs.PeakMemory`: RSS here, the CUDA
 allocator's peak on a GPU) and, for the queue rows, the gradient norm of the anchor side and of the
 document side per step (ContAccum's diagnosis of a passage-only bank).
 
@@ -50,10 +50,10 @@ from typing import Any
 import torch
 
 from contrastive_bert.benchmarking import RunLog, add_common_arguments, mean_std, selected, setup_from_args, write_results
-from contrastive_bert.benchmarking import retrieval_runs
+from contrastive_bert.training import retrieval_runs
 from contrastive_bert.benchmarking.arguments import DRY_RUN_STEPS
-from contrastive_bert.benchmarking.protocol import Grid, Method, Run, paired_difference
-from contrastive_bert.benchmarking.retrieval_runs import METRICS, ROWS_CACHE, PeakMemory, RetrievalProtocol, TrainingRows
+from contrastive_bert.benchmarking.protocol import Grid, Method, Run, choose_on_dev, paired_difference
+from contrastive_bert.training.retrieval_runs import METRICS, ROWS_CACHE, PeakMemory, RetrievalProtocol, TrainingRows
 from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
 from contrastive_bert.training.queue_probe import QueueNegativeProbe
 from contrastive_bert.training.step_timer import StepTimer
@@ -120,8 +120,8 @@ def run_key(setting: str, method_name: str, config: int, seed: int) -> str:
 def _best_on_dev(scores: Mapping[str, float], baseline: bool, among: Sequence[str] | None = None) -> str | None:
     """The ST method (``baseline``) or the method of ours with the best dev score (the first on
     ties), among ``among`` if given; None without one."""
-    group = [name for name in scores if METHODS[name].fields["baseline"] == baseline and (among is None or name in among)]
-    return max(group, key=scores.__getitem__) if group else None
+    return choose_on_dev({name: score for name, score in scores.items()
+                          if METHODS[name].fields["baseline"] == baseline and (among is None or name in among)})
 
 
 ST_CANDIDATES = ("mnrl_accumulated", "cached_mnrl", "mnrl_large")

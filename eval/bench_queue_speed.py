@@ -7,7 +7,7 @@ every loss built through the loss registry:
    batch ``--batch-size`` and ``max_seq_length`` ``--seq-len``, median of ``--steps`` timed steps
    after 2 warm-up steps, for MNRL and QueueInfoNCE with a *full* queue of K = 4096 / 16384 / 65536
    random unit rows (queue only, and + 8 hard negatives), overhead relative to MNRL.
-2. ``topk``: :func:`contrastive_bert.queue_search.search_topk` on a K x 384 queue for 32 and 256 queries,
+2. ``topk``: :func:`contrastive_bert.topk_search.search_topk` on a K x 384 queue for 32 and 256 queries,
    k = 64: torch matmul+topk vs FAISS exact (``IndexFlatIP``, index build included since the
    queue changes every step) vs FAISS IVF/HNSW (build included), median of 5.
 3. ``memory``: peak resident memory (``ru_maxrss`` of a fresh subprocess, minus its RSS just
@@ -123,7 +123,7 @@ def bench_step_time(args) -> dict:
 
 
 def bench_topk(args) -> dict:
-    from contrastive_bert.queue_search import faiss_available, search_topk
+    from contrastive_bert.topk_search import faiss_available, search_topk
 
     results = {}
     g = torch.Generator().manual_seed(0)

@@ -60,7 +60,7 @@ from contrastive_bert.benchmarking import (
     write_results,
 )
 from contrastive_bert.benchmarking import retrieval_runs
-from contrastive_bert.benchmarking.protocol import Grid, Method, Run, paired_difference
+from contrastive_bert.benchmarking.protocol import Grid, Method, Run, choose_on_dev, paired_difference
 from contrastive_bert.benchmarking.retrieval_runs import (
     CORPUS_MINER,
     MAX_SEQ_LENGTH,
@@ -165,9 +165,8 @@ def run_key(setting: str, method: str, config: int, seed: int) -> str:
 
 def _best_on_dev(scores: Mapping[str, float], baseline: bool) -> str | None:
     """The sentence-transformers method (``baseline``) or the method of ours with the best dev
-    score, the first on ties; None without one."""
-    group = [name for name in scores if METHODS[name].fields["baseline"] == baseline]
-    return max(group, key=scores.__getitem__) if group else None
+    score (the protocol's :func:`choose_on_dev`: the first on ties); None without one."""
+    return choose_on_dev({name: score for name, score in scores.items() if METHODS[name].fields["baseline"] == baseline})
 
 
 def decisive_rows(scores: Mapping[str, float]) -> list[str]:
@@ -295,16 +294,6 @@ def _untrained(setting: str, ctx: Context) -> dict:
     return {"setting": setting, "method": "untrained", "dry_run": bool(ctx.args.dry_run), **record}
 
 
-def _mean_std_of(records: list[dict], *path: str) -> dict:
-    values = []
-    for record in records:
-        value = record
-        for part in path:
-            value = value[part]
-        values.append(value)
-    return mean_std(values)
-
-
 def recommended(dev: Mapping[str, float], dev_queries: int) -> str | None:
     """The method of ours a recipe trains: the best of ours on dev, unless one of its ablations
     (the same without the queue or the refresh, which cost more) is within one dev query's worth of
@@ -313,7 +302,7 @@ def recommended(dev: Mapping[str, float], dev_queries: int) -> str | None:
     if best is None or dev_queries < 1:
         return best
     tied = [name for name in METHODS[best].fields["ablations"] if name in dev and dev[best] - dev[name] < 100 / dev_queries]
-    return max(tied, key=dev.__getitem__) if tied else best
+    return choose_on_dev({name: dev[name] for name in tied}) if tied else best
 
 
 def verdict(methods: dict[str, dict], untrained: dict, decisive: list[str], seeds: list[int], dev_queries: int = 0) -> dict:
@@ -347,11 +336,11 @@ def _cost_and_general(finished: list[dict]) -> dict:
     """Mining (or pair building) before training, the process's peak memory (runs logged before
     these were recorded have None) and the general-ability block, mean/std over the seeds."""
     return {
-        "rows_seconds": _mean_std_of(finished, "rows_seconds") if all("rows_seconds" in r for r in finished) else None,
-        "peak_rss_mb": _mean_std_of(finished, "peak_rss_mb") if all("peak_rss_mb" in r for r in finished) else None,
-        "stsb": _mean_std_of(finished, "general", "stsb"),
-        "zero_shot": {s: _mean_std_of(finished, "general", "zero_shot", s) for s in ("banking77", "emotion", "sst2")},
-        "zero_shot_mean": _mean_std_of(finished, "general", "zero_shot_mean"),
+        "rows_seconds": mean_std([r["rows_seconds"] for r in finished]) if all("rows_seconds" in r for r in finished) else None,
+        "peak_rss_mb": mean_std([r["peak_rss_mb"] for r in finished]) if all("peak_rss_mb" in r for r in finished) else None,
+        "stsb": mean_std([r["general"]["stsb"] for r in finished]),
+        "zero_shot": {s: mean_std([r["general"]["zero_shot"][s] for r in finished]) for s in ("banking77", "emotion", "sst2")},
+        "zero_shot_mean": mean_std([r["general"]["zero_shot_mean"] for r in finished]),
     }
 
 

@@ -47,7 +47,7 @@ def _stage2(seed: int, choice: tuple | None, accuracy: float, full: float, layer
 def test_dev_choice_is_the_fewest_layers_within_a_point(bench):
     """Answered from every head's probabilities: margin 0.05 leaves everyone at layer 2 but loses 2
     points on dev; margin 0.3 keeps the loss under a point at fewer layers than confidence 0.9."""
-    from contrastive_bert.inference.early_exit import choose_on_dev, simulated_sweep
+    from contrastive_bert.inference.early_exit import choose_exit_setting, simulated_sweep
 
     gold = np.array([0] * 10)
     # layer 2: rows 0-7 sure and right, rows 8-9 wrong with margin 0.2; layer 4 (final): all right
@@ -58,7 +58,7 @@ def test_dev_choice_is_the_fewest_layers_within_a_point(bench):
     by_setting = {(s["criterion"], s["threshold"]): s for s in sweep["sweep"]}
     assert by_setting[("margin", 0.05)] == {"criterion": "margin", "threshold": 0.05, "accuracy": 80.0, "avg_layers": 2.0}
     assert by_setting[("margin", 0.3)]["accuracy"] == 100.0 and by_setting[("margin", 0.3)]["avg_layers"] == pytest.approx(2.4)
-    chosen = choose_on_dev(sweep)
+    chosen = choose_exit_setting(sweep)
     assert (chosen["criterion"], chosen["threshold"], chosen["accuracy_loss"]) == ("margin", 0.3, 0.0)
     assert "margin 0.05" in bench.PROTOCOL["settings"]  # the benchmark sweeps below the old choice (margin 0.1)
 

@@ -11,7 +11,7 @@ import datasets
 import pytest
 
 from bench_modules import load_bench
-from contrastive_bert.benchmarking import retrieval_runs
+from contrastive_bert.training import retrieval_runs
 from contrastive_bert.data.beir import RetrievalData
 
 

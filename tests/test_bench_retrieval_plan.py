@@ -294,7 +294,7 @@ def test_mined_rows_are_mined_once_across_processes(bench, monkeypatch, tmp_path
     import datasets
 
     import contrastive_bert.corpus_mining
-    from contrastive_bert.benchmarking import retrieval_runs
+    from contrastive_bert.training import retrieval_runs
 
     calls = []
 

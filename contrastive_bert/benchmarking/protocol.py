@@ -15,6 +15,9 @@ A benchmark on this protocol is its :class:`Method` list and its scoring functio
   more seeds for the best rows on dev only, judged from every method's dev choice), and **follow**
   another setting (:attr:`Grid.follows`: no dev runs of its own, the other's choices at every seed);
   :attr:`Grid.order` sorts the plan (e.g. configuration-major);
+- **the choice on dev** (:func:`choose_on_dev`): the largest dev score, then a tie-break, then the
+  first; the one rule, also behind early exit's dev-chosen setting
+  (:func:`contrastive_bert.inference.early_exit.choose_exit_setting`) and the benchmarks' best rows;
 - **paired differences** (:func:`paired_difference`): method A minus method B seed by seed;
 - **one result shape** (:meth:`Grid.results`): ``setting -> method -> entry`` with
 
@@ -35,14 +38,16 @@ this protocol keeps the keys of its run log and resumes it instead of redoing it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from contrastive_bert.benchmarking.results import mean_std
 from contrastive_bert.benchmarking.run_log import run_key
 
 __all__ = ["Grid", "Method", "Run", "choose_on_dev", "paired_difference"]
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -101,13 +106,16 @@ class Run:
     inherited: tuple[tuple[str, Any], ...] = ()
 
 
-def choose_on_dev(scores: Mapping[int, float], tie_break: Callable[[int], Any] | None = None) -> int | None:
-    """The configuration with the best dev score (then the best ``tie_break(config)``), the first
-    on remaining ties; None without scores."""
+def choose_on_dev(scores: Mapping[K, float], tie_break: Callable[[K], Any] | None = None) -> K | None:
+    """The one choice on dev: the key of ``scores`` (a configuration, a method, an early-exit
+    setting) with the largest dev score, then the largest ``tie_break(key)``, then the first in
+    ``scores``' order; None without scores. A rule that minimises (e.g. fewest layers) passes
+    minus its cost as the score; one that filters first (e.g. within a point of the full model)
+    passes only the keys that qualify."""
     if not scores:
         return None
-    order = list(scores)
-    return max(order, key=lambda c: (scores[c], tie_break(c) if tie_break else 0, -order.index(c)))
+    position = {key: index for index, key in enumerate(scores)}
+    return max(scores, key=lambda c: (scores[c], tie_break(c) if tie_break else 0, -position[c]))
 
 
 def paired_difference(a: Mapping[str, Any], b: Mapping[str, Any], metric: str) -> dict | None:

@@ -218,12 +218,12 @@ def _run_sweep(args: argparse.Namespace) -> int:
     if args.max_accuracy_loss < 0:
         raise ValueError(f"max_accuracy_loss: expected a number of points >= 0, got {args.max_accuracy_loss}")
     from contrastive_bert.heads.exits import load_multi_exit_model
-    from contrastive_bert.inference.early_exit import choose_on_dev, sweep_thresholds
+    from contrastive_bert.inference.early_exit import choose_exit_setting, sweep_thresholds
 
     dev, test = _dev_and_test(args)  # before the model loads
     model = load_multi_exit_model(args.model, device=args.device)
     swept = sweep_thresholds(model, dev["text"], dev["label"], settings, args.batch_size, regroup=args.regroup)
-    choice = choose_on_dev(swept, args.max_accuracy_loss)
+    choice = choose_exit_setting(swept, args.max_accuracy_loss)
     result = {"dataset": args.dataset, "split": args.split, "max_accuracy_loss": args.max_accuracy_loss,
               "dev": {"split": "validation", "rows": len(dev), "batch_size": args.batch_size, **swept},
               "dev_choice": choice, "test_rows": len(test), "test": {}}

@@ -202,7 +202,7 @@ def run_mine(args: argparse.Namespace) -> int:
     """Handler of ``contrastive-bert mine``; returns 0 and prints where the data set went."""
     from sentence_transformers.util import mine_hard_negatives
 
-    from contrastive_bert.queue_search import faiss_available
+    from contrastive_bert.topk_search import faiss_available
     from contrastive_bert.models import check_device, check_model_name, load_model
 
     output = _check_args(args)

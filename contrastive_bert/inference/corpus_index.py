@@ -2,9 +2,11 @@
 
 :class:`CorpusIndex` encodes a corpus once (documents through ``model.encode_document``, as the
 retrieval scorer does) and answers text queries with each query's top-k documents by cosine. The
-exact search is the scorer's own (:func:`~contrastive_bert.evaluation.dense_retrieval.exact_search`),
-so a model's search results rank the documents exactly as its nDCG@10 was measured; FAISS serves
-large corpora (``backend="faiss"``: ``IndexFlatIP``, exact, or ``index_type="hnsw"``, approximate).
+exact search is the scorer's own (:func:`~contrastive_bert.evaluation.dense_retrieval.exact_search`,
+through the package's one exact search :func:`~contrastive_bert.topk_search.exact_topk`: equal
+scores in corpus order), so a model's search results rank the documents exactly as its nDCG@10 was
+measured; FAISS serves large corpora (``backend="faiss"``: ``IndexFlatIP``, exact, or
+``index_type="hnsw"``, approximate).
 
 An index saved to a folder (``save``) loads back only with the model that built it: the folder
 keeps the embedding of a probe sentence, and ``load`` re-encodes it and refuses another model
@@ -38,6 +40,7 @@ import torch
 
 from contrastive_bert.embeddings import encode_normalized
 from contrastive_bert.evaluation.dense_retrieval import exact_search
+from contrastive_bert.topk_search import build_faiss_index, check_top_k, faiss_available
 
 logger = logging.getLogger(__name__)
 
@@ -91,12 +94,6 @@ def _as_documents(corpus: Any) -> tuple[list[str], list[str]]:
     return ids, texts
 
 
-def _check_top_k(top_k: int) -> int:
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ValueError(f"top_k: expected a positive int, got {top_k!r}")
-    return top_k
-
-
 def _check_backend(backend: str, index_type: str) -> None:
     if backend not in ("exact", "faiss"):
         raise ValueError(f"backend: expected 'exact' or 'faiss', got {backend!r}")
@@ -105,8 +102,6 @@ def _check_backend(backend: str, index_type: str) -> None:
     if index_type == "hnsw" and backend != "faiss":
         raise ValueError("index_type: 'hnsw' needs backend='faiss'")
     if backend == "faiss":
-        from contrastive_bert.queue_search import faiss_available
-
         if not faiss_available():
             raise ValueError("backend: 'faiss' requested but faiss is not installed (pip install faiss-cpu)")
 
@@ -161,7 +156,7 @@ class CorpusIndex:
     def search(self, queries: str | Sequence[str], top_k: int = 10, *, batch_size: int = 64) -> list[list[SearchHit]]:
         """Each query's ``min(top_k, N)`` best documents by cosine, best first (equal scores in
         corpus order on the exact backend). One query string gives a list with one list of hits."""
-        _check_top_k(top_k)
+        check_top_k(top_k)
         texts = [queries] if isinstance(queries, str) else list(queries)
         if not texts or not all(isinstance(text, str) for text in texts):
             raise ValueError("queries: expected a string or a non-empty list of strings")
@@ -173,7 +168,7 @@ class CorpusIndex:
     def search_embeddings(self, query_embeddings: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scores, rows)``, both (Q, min(top_k, N)), for (Q, d) query embeddings: cosines,
         descending, and row positions into :attr:`ids` (``-1`` where HNSW found fewer)."""
-        _check_top_k(top_k)
+        check_top_k(top_k)
         if self.backend == "exact":
             return exact_search(query_embeddings, self.embeddings, top_k=top_k)
         queries = np.ascontiguousarray(torch.nn.functional.normalize(query_embeddings.float(), dim=1).numpy())
@@ -183,8 +178,6 @@ class CorpusIndex:
     def _faiss(self):
         """The FAISS index over :attr:`embeddings`, built on first search and kept."""
         if self._faiss_index is None:
-            from contrastive_bert.queue_search import build_faiss_index
-
             self._faiss_index = build_faiss_index(np.ascontiguousarray(self.embeddings.numpy()), self.index_type)
         return self._faiss_index
 

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contrastive_bert.benchmarking.protocol import choose_on_dev
 from contrastive_bert.encoder import LayerwiseEncoder, PreparedMask, transformer_module
 from contrastive_bert.heads.exits import MultiExitHeads, get_exit_heads, load_multi_exit_model
 from contrastive_bert.inference.exit_criteria import DEFAULT_CRITERION, MAX_ACCURACY_LOSS, ExitCriterion, criterion_class, get_criterion
@@ -43,7 +44,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "EarlyExitClassifier",
     "EarlyExitResult",
-    "choose_on_dev",
+    "choose_exit_setting",
     "default_settings",
     "exit_probabilities",
     "simulate_early_exit",
@@ -372,19 +373,23 @@ def sweep_thresholds(
     return out
 
 
-def choose_on_dev(dev: dict[str, Any], max_loss: float = MAX_ACCURACY_LOSS) -> dict[str, Any] | None:
-    """The early-exit setting to use, chosen on a dev sweep (a :func:`sweep_thresholds` result):
-    the fastest, i.e. the fewest average layers (a count, unlike throughput not swayed by a loaded
-    machine), among the settings whose accuracy is within ``max_loss`` points of the full model's;
-    ties go to the higher accuracy, then to the earlier setting. None when no setting qualifies.
-    Returns the setting's sweep entry with ``full_accuracy`` and ``accuracy_loss`` added."""
+def choose_exit_setting(dev: dict[str, Any], max_loss: float = MAX_ACCURACY_LOSS) -> dict[str, Any] | None:
+    """The early-exit setting to use, chosen on a dev sweep (a :func:`sweep_thresholds` or
+    :func:`simulated_sweep` result) by the protocol's
+    :func:`~contrastive_bert.benchmarking.protocol.choose_on_dev`: the fastest, i.e. the fewest
+    average layers (a count, unlike throughput not swayed by a loaded machine), among the settings
+    whose accuracy is within ``max_loss`` points of the full model's; ties go to the higher
+    accuracy, then to the earlier setting. None when no setting qualifies. Returns the setting's
+    sweep entry with ``full_accuracy`` and ``accuracy_loss`` added."""
     if isinstance(max_loss, bool) or not isinstance(max_loss, (int, float)) or max_loss < 0:
         raise ValueError(f"max_loss: expected a number of points >= 0, got {max_loss!r}")
     full = dev["full"]["accuracy"]
-    within = [s for s in dev["sweep"] if s["accuracy"] >= full - max_loss - 1e-9]
-    if not within:
+    sweep = dev["sweep"]
+    fewer_layers = {i: -s["avg_layers"] for i, s in enumerate(sweep) if s["accuracy"] >= full - max_loss - 1e-9}
+    chosen = choose_on_dev(fewer_layers, tie_break=lambda i: sweep[i]["accuracy"])
+    if chosen is None:
         return None
-    best = min(within, key=lambda s: (s["avg_layers"], -s["accuracy"]))
+    best = sweep[chosen]
     return {**best, "full_accuracy": full, "accuracy_loss": round(full - best["accuracy"], 2)}
 
 
@@ -442,7 +447,7 @@ def simulated_sweep(
 ) -> dict[str, Any]:
     """Accuracy (percent) and average layers of the full model (the last head), of every head on
     its own (``exits``) and of each early-exit setting, from :func:`exit_probabilities`: the
-    accuracy part of :func:`sweep_thresholds` without timing, so that :func:`choose_on_dev` can
+    accuracy part of :func:`sweep_thresholds` without timing, so that :func:`choose_exit_setting` can
     choose on it. Returns ``{"full": {...}, "exits": {layer: accuracy}, "sweep": [{"criterion",
     "threshold", "accuracy", "avg_layers"}, ...]}``."""
     gold = np.asarray(labels)

@@ -1,7 +1,7 @@
 """Which queue rows may not be an anchor's negative: the false-negative filters of the queue losses.
 
 Scores relative to the anchor-positive score (``absolute_margin``, ``relative_margin``,
-``max_score``, ``perc_pos``: :class:`contrastive_bert.queue_search.ScoreMargins`), and rows of the
+``max_score``, ``perc_pos``: :class:`contrastive_bert.topk_search.ScoreMargins`), and rows of the
 anchor's group: its integer label (``filter_same_label``) or, without labels, its anchor text
 (``filter_same_anchor``). The guide model's veto is :mod:`contrastive_bert.losses.guide_filter`.
 """
@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from contrastive_bert.losses.option_checks import check_flags
-from contrastive_bert.queue_search import ScoreMargins
+from contrastive_bert.topk_search import ScoreMargins
 from contrastive_bert.queue import NO_ID
 
 __all__ = ["FalseNegativeFilters"]
@@ -38,7 +38,7 @@ class FalseNegativeFilters:
             the mined hard negatives.
 
     Attributes:
-        margins: the four score filters as one :class:`~contrastive_bert.queue_search.ScoreMargins`, made
+        margins: the four score filters as one :class:`~contrastive_bert.topk_search.ScoreMargins`, made
             (and so checked) once, on creation; the miner applies it every step.
     """
 

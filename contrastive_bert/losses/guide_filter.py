@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrastive_bert.losses.option_checks import check_number, option_error
-from contrastive_bert.queue_search import ScoreMargins, false_negative_mask
+from contrastive_bert.topk_search import ScoreMargins, false_negative_mask
 from contrastive_bert.models import unwrap_model
 
 logger = logging.getLogger(__name__)

@@ -1,11 +1,11 @@
 """Choose each anchor's negatives in the queue: which rows count as plain negatives, which are
 its hard negatives. Scoring them is :func:`contrastive_bert.losses.infonce_math.queue_infonce_loss`.
 
-The false-negative filters (:func:`contrastive_bert.queue_search.false_negative_mask`) drop the anchor's
+The false-negative filters (:func:`contrastive_bert.topk_search.false_negative_mask`) drop the anchor's
 and positive's own text, rows of the same group (label or anchor text), rows scoring above the
 margins relative to the positive, above ``max_score`` or above ``perc_pos`` x the positive score,
 and rows an outside ``keep`` mask rejects (the guide model's filter). The hard negatives are the
-filtered rows ranked ``[offset, offset + k)`` (curriculum: :class:`~contrastive_bert.queue_search.HardnessSchedule`).
+filtered rows ranked ``[offset, offset + k)`` (curriculum: :class:`~contrastive_bert.topk_search.HardnessSchedule`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from torch import Tensor
 
 from contrastive_bert.losses.false_negative_filters import FalseNegativeFilters
 from contrastive_bert.losses.option_checks import check_choice, check_flags, check_number, option_error
-from contrastive_bert.queue_search import (
+from contrastive_bert.topk_search import (
     HardnessSchedule,
     faiss_available,
     false_negative_mask,
@@ -43,9 +43,9 @@ class MiningConfig:
             keeps only the hard negatives mined from the queue, the past batches' documents (not
             ANCE, which refreshes negatives from the whole corpus with the model being trained;
             then FAISS can do the search).
-        hardness_schedule: curriculum from easy to hard (a :class:`~contrastive_bert.queue_search.HardnessSchedule`
+        hardness_schedule: curriculum from easy to hard (a :class:`~contrastive_bert.topk_search.HardnessSchedule`
             or the mapping of its fields, as in a recipe); None = always the hardest.
-        mining_backend / mining_index / use_gpu_index: see :func:`contrastive_bert.queue_search.search_topk`.
+        mining_backend / mining_index / use_gpu_index: see :func:`contrastive_bert.topk_search.search_topk`.
             ``auto`` uses torch when the queue scores are computed anyway, else FAISS.
         distinct_queue_rows: a document in the queue more than once (enqueued again in a later
             epoch) counts once, as its newest copy (:meth:`~contrastive_bert.queue.EmbeddingQueue.newest_copies`),

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from contrastive_bert.evaluation.dense_retrieval import exact_search, stable_topk
+from contrastive_bert.evaluation.dense_retrieval import exact_search
 from contrastive_bert.evaluation.retrieval_metrics import rank_documents, retrieval_scores
+from contrastive_bert.topk_search import stable_topk
 
 L3, L5 = math.log2(3), math.log2(5)
 

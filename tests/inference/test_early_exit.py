@@ -12,7 +12,7 @@ import torch
 
 from contrastive_bert.encoder import LayerwiseEncoder
 from contrastive_bert.heads.exits import add_exit_heads, exit_outputs
-from contrastive_bert.inference.early_exit import EarlyExitClassifier, choose_on_dev, sweep_thresholds
+from contrastive_bert.inference.early_exit import EarlyExitClassifier, choose_exit_setting, sweep_thresholds
 from contrastive_bert.inference.exit_criteria import ExitCriterion, get_criterion, register_criterion
 
 LABELS = ["a", "b", "c"]
@@ -252,21 +252,21 @@ def test_cli_classify_and_sweep(multi_exit, tmp_path, capsys):
     assert code == 2 and "threshold" in capsys.readouterr().err
 
 
-def test_choose_on_dev_is_the_fewest_layers_within_the_loss():
+def test_choose_exit_setting_is_the_fewest_layers_within_the_loss():
     dev = {"full": {"accuracy": 90.0}, "sweep": [
         {"criterion": "margin", "threshold": 0.1, "accuracy": 88.5, "avg_layers": 1.5},  # 1.5 points lost: out
         {"criterion": "margin", "threshold": 0.2, "accuracy": 89.0, "avg_layers": 2.0},  # exactly 1 point: in
         {"criterion": "confidence", "threshold": 0.9, "accuracy": 89.5, "avg_layers": 2.0},  # same layers, more accurate
         {"criterion": "patience", "threshold": 2, "accuracy": 90.0, "avg_layers": 3.0},
     ]}
-    chosen = choose_on_dev(dev)
+    chosen = choose_exit_setting(dev)
     assert (chosen["criterion"], chosen["threshold"], chosen["accuracy_loss"], chosen["full_accuracy"]) == ("confidence", 0.9, 0.5, 90.0)
-    assert choose_on_dev(dev, max_loss=1.5)["threshold"] == 0.1
-    assert choose_on_dev(dev, max_loss=0.4)["criterion"] == "patience"
-    assert choose_on_dev(dev, max_loss=0)["criterion"] == "patience"
-    assert choose_on_dev({"full": {"accuracy": 95.0}, "sweep": dev["sweep"]}) is None
+    assert choose_exit_setting(dev, max_loss=1.5)["threshold"] == 0.1
+    assert choose_exit_setting(dev, max_loss=0.4)["criterion"] == "patience"
+    assert choose_exit_setting(dev, max_loss=0)["criterion"] == "patience"
+    assert choose_exit_setting({"full": {"accuracy": 95.0}, "sweep": dev["sweep"]}) is None
     with pytest.raises(ValueError, match="max_loss"):
-        choose_on_dev(dev, max_loss=-1)
+        choose_exit_setting(dev, max_loss=-1)
 
 
 def test_cli_sweep_chooses_on_dev_and_reports_test(multi_exit, tmp_path, capsys):
@@ -288,7 +288,7 @@ def test_cli_sweep_chooses_on_dev_and_reports_test(multi_exit, tmp_path, capsys)
     assert result["dev"]["rows"] == dev_rows and result["dev"]["split"] == "validation"
     assert [s["threshold"] for s in result["dev"]["sweep"]] == [0.5, 1.0]
     assert result["dev"]["sweep"][1]["accuracy"] == result["dev"]["full"]["accuracy"]  # 1.0: nobody exits
-    assert result["dev_choice"] == choose_on_dev(result["dev"])
+    assert result["dev_choice"] == choose_exit_setting(result["dev"])
     assert set(result["test"]) == {"1", "4"}
     for part in result["test"].values():
         assert (part["early_exit"]["criterion"], part["early_exit"]["threshold"]) == (
@@ -398,4 +398,4 @@ def test_simulated_early_exit_by_hand():
     assert sweep["exits"] == {2: pytest.approx(33.33), 6: pytest.approx(66.67)}
     assert sweep["sweep"] == [{"criterion": "margin", "threshold": 0.15, "accuracy": pytest.approx(66.67), "avg_layers": pytest.approx(3.333)},
                               {"criterion": "confidence", "threshold": 0.95, "accuracy": pytest.approx(66.67), "avg_layers": 6.0}]
-    assert choose_on_dev(sweep)["criterion"] == "margin"
+    assert choose_exit_setting(sweep)["criterion"] == "margin"

@@ -10,7 +10,7 @@ import torch
 from contrastive_bert.losses.false_negative_filters import FalseNegativeFilters
 from contrastive_bert.losses.hard_negative_miner import HardNegativeMiner, MiningConfig
 from contrastive_bert.losses.infonce_math import queue_infonce_loss
-from contrastive_bert.queue_search import HardnessSchedule
+from contrastive_bert.topk_search import HardnessSchedule
 
 E = math.e
 

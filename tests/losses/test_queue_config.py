@@ -18,7 +18,7 @@ from contrastive_bert.losses.hard_negative_miner import MiningConfig
 from contrastive_bert.losses.queue_config import InfoNCEConfig, QueueConfig, QueueInfoNCEConfig
 from contrastive_bert.losses.queue_cosent import QueueCoSENTLoss, ScoreTermConfig
 from contrastive_bert.losses.queue_infonce import QueueInfoNCELoss
-from contrastive_bert.queue_search import HardnessSchedule, ScoreMargins
+from contrastive_bert.topk_search import HardnessSchedule, ScoreMargins
 
 OPTIONS = {"queue_size": 16, "temperature": 0.1, "num_hard_negatives": 2, "hard_negative_share": 0.2,
            "perc_pos": 0.95, "filter_same_anchor": False, "momentum": 0.9,

@@ -14,7 +14,7 @@ from sentence_transformers.sentence_transformer.losses import GISTEmbedLoss
 
 from contrastive_bert.losses.cached_queue_infonce import CachedQueueInfoNCELoss
 from contrastive_bert.losses.queue_infonce import QueueInfoNCELoss
-from contrastive_bert.queue_search import ScoreMargins, false_negative_mask
+from contrastive_bert.topk_search import ScoreMargins, false_negative_mask
 
 ANCHORS = ["a cat sits on the mat", "the dog runs fast", "the sky is blue today", "I like green tea"]
 POSITIVES = ["a kitten rests on a rug", "a dog is running", "blue sky", "tea is what I love"]

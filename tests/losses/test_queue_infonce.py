@@ -123,7 +123,7 @@ def test_queue_negatives_without_own_positive(tiny_model):
     # with the id filter no anchor may be handed its own positive as a hard negative
     anchors = F.normalize(tiny_model(features[0])["sentence_embedding"], dim=1)
     batch = loss.prepare_batch([anchors, pos], None, None, loss.queue.queue_ids[:5].clone())
-    from contrastive_bert.queue_search import search_hard_negatives
+    from contrastive_bert.topk_search import search_hard_negatives
 
     idx = search_hard_negatives(anchors, (anchors * F.normalize(pos, dim=1)).sum(1), batch.queue, 2,
                               key_ids=batch.queue_ids, positive_ids=batch.positive_ids)
@@ -343,7 +343,7 @@ def test_mine_cli(tiny_model, tmp_path, monkeypatch):
 @pytest.mark.parametrize("backend", ["torch", "faiss"])
 def test_hard_negatives_only_mode_matches_reference(tiny_model, backend):
     """ANCE style (use_queue_negatives=False): batch + k mined rows; FAISS and torch agree."""
-    from contrastive_bert.queue_search import faiss_available
+    from contrastive_bert.topk_search import faiss_available
 
     if backend == "faiss" and not faiss_available():
         pytest.skip("faiss not installed")

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from contrastive_bert.queue_search import (
+from contrastive_bert.topk_search import (
     HardnessSchedule,
     ScoreMargins,
     faiss_available,

@@ -1,10 +1,20 @@
-"""Queue-time search: each anchor's hard negatives among the embedding queue's rows (or any key
-matrix), with false-negative control, every training step. Offline mining over a retrieval corpus,
-before training, is :mod:`contrastive_bert.corpus_mining` (which uses :func:`search_topk` from here).
+"""Top-k search by inner product (FAISS or exact), and the false-negative control of the queue
+losses' hard negatives.
 
+The one exact search of the package is :func:`exact_topk`: the queue losses' hard negatives
+(:func:`search_topk`'s torch path), offline mining over a retrieval corpus
+(:mod:`contrastive_bert.corpus_mining`), the retrieval scorer
+(:func:`contrastive_bert.evaluation.dense_retrieval.exact_search`) and
+:class:`~contrastive_bert.inference.corpus_index.CorpusIndex` all rank through it, so they rank
+alike, ties included.
+
+* :func:`exact_topk`: the exact top-k, scored ``chunk_size`` keys at a time so that memory stays
+  ``(q, chunk_size)``. **Tie rule**: higher score first, then the lower key index, also at the
+  k-th place (:func:`stable_topk`); NaN ranks above every number, as in ``torch.topk``.
+* :func:`check_top_k`: the one check of a top-k count (``k``, ``top_k``).
 * :func:`search_topk`: the k most similar keys per query by inner product, through FAISS (exact
   ``IndexFlatIP`` by default, ``ivf`` or ``hnsw`` for large queues, the GPU index when faiss-gpu and
-  CUDA are present, capped at FAISS-GPU's 2048 neighbours) or a torch ``matmul`` + ``topk`` fallback.
+  CUDA are present, capped at FAISS-GPU's 2048 neighbours) or :func:`exact_topk`.
 * :class:`ScoreMargins`: the score filters relative to the anchor's positive, checked once when made.
 * :func:`false_negative_mask`: which candidates may serve as negatives for each anchor: not the
   anchor's or positive's own text/id, not too close to the positive (:class:`ScoreMargins`), and
@@ -29,20 +39,26 @@ from contrastive_bert.queue import NO_ID, NO_LABEL
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "EXACT_CHUNK_SIZE",
     "FAISS_GPU_MAX_K",
     "HardnessSchedule",
     "build_faiss_index",
     "ScoreMargins",
+    "check_top_k",
+    "exact_topk",
     "faiss_available",
     "faiss_gpu_available",
     "false_negative_mask",
     "search_hard_negatives",
     "search_topk",
     "select_top_ranked",
+    "stable_topk",
 ]
 
 #: FAISS GPU indexes return at most this many neighbours per query.
 FAISS_GPU_MAX_K = 2048
+#: Keys scored at once by :func:`exact_topk` (memory: queries x this many scores).
+EXACT_CHUNK_SIZE = 50_000
 
 Backend = Literal["auto", "faiss", "torch"]
 IndexType = Literal["flat", "ivf", "hnsw"]
@@ -63,6 +79,81 @@ def faiss_gpu_available() -> bool:
     import faiss
 
     return hasattr(faiss, "StandardGpuResources") and getattr(faiss, "get_num_gpus", lambda: 0)() > 0
+
+
+def check_top_k(top_k: int, name: str = "top_k") -> int:
+    """``top_k`` if it is a positive int (not a bool), else a ``ValueError`` naming ``name``."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ValueError(f"{name}: expected a positive int, got {top_k!r}")
+    return top_k
+
+
+def stable_topk(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest entries of each row of ``scores`` (m, n), as ``(values (m, k), positions
+    (m, k))`` sorted by value, descending; among equal values the lower position comes first, and
+    a tie at the k-th value keeps the lowest positions (``torch.topk`` alone fixes neither). NaN
+    counts as larger than every number (as in ``torch.topk``)."""
+    kth = torch.topk(scores, k, dim=1).values[:, -1:]
+    above = scores > kth
+    equal = scores == kth
+    nan = scores.isnan()
+    if bool(nan.any()):
+        kth_nan = kth.isnan()
+        above |= nan & ~kth_nan
+        equal |= nan & kth_nan
+    needed = k - above.sum(dim=1, keepdim=True)
+    take = above | (equal & (equal.cumsum(dim=1) <= needed))
+    positions = take.nonzero()[:, 1].view(scores.shape[0], k)  # row-major: ascending per row
+    values = scores.gather(1, positions)
+    order = torch.sort(values, dim=1, descending=True, stable=True).indices
+    return values.gather(1, order), positions.gather(1, order)
+
+
+def exact_topk(
+    queries: Tensor,
+    keys: Tensor,
+    k: int,
+    *,
+    chunk_size: int = EXACT_CHUNK_SIZE,
+    normalize: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """The exact ``min(k, n)`` best keys per query by inner product, ``chunk_size`` keys at a time.
+
+    queries: ``(q, dim)``; keys: ``(n, dim)``, scored on the queries' device in their dtype.
+    ``normalize``: cosine instead (queries and each chunk of keys divided by their L2 norms).
+    Returns ``(scores, indices)``, both ``(q, min(k, n))``: scores in the queries' dtype,
+    descending, and int64 row indices into ``keys``. Tie rule: higher score first, then the lower
+    key index (:func:`stable_topk`), so the result does not depend on ``chunk_size``. Memory:
+    ``q x chunk_size`` scores plus ``q x 2k`` kept ones.
+    """
+    check_top_k(k, "k")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
+    if queries.ndim != 2 or keys.ndim != 2 or queries.shape[1] != keys.shape[1]:
+        raise ValueError(
+            f"queries/keys: expected (q, dim) and (n, dim) with the same dim, got {tuple(queries.shape)} and {tuple(keys.shape)}"
+        )
+    queries = queries.detach()
+    if normalize:
+        queries = torch.nn.functional.normalize(queries, p=2, dim=1)
+    n = keys.shape[0]
+    k = min(k, n)
+    if k == 0:
+        empty = torch.empty((queries.shape[0], 0), dtype=queries.dtype, device=queries.device)
+        return empty, empty.long()
+    best_scores = best_indices = None
+    for start in range(0, n, chunk_size):
+        chunk = keys[start : start + chunk_size].detach().to(device=queries.device, dtype=queries.dtype)
+        if normalize:
+            chunk = torch.nn.functional.normalize(chunk, p=2, dim=1)
+        scores, positions = stable_topk(queries @ chunk.T, min(k, chunk.shape[0]))
+        indices = positions + start
+        if best_scores is not None:
+            # earlier chunks first: in the concatenation, equal scores stay in key-index order
+            scores, positions = stable_topk(torch.cat([best_scores, scores], dim=1), min(k, best_scores.shape[1] + scores.shape[1]))
+            indices = torch.cat([best_indices, indices], dim=1).gather(1, positions)
+        best_scores, best_indices = scores, indices
+    return best_scores, best_indices
 
 
 def build_faiss_index(keys: np.ndarray, index_type: IndexType = "flat", use_gpu: bool = False, nlist: int | None = None,
@@ -101,21 +192,22 @@ def search_topk(
     nlist: int | None = None,
     nprobe: int = 16,
     hnsw_m: int = 32,
+    chunk_size: int = EXACT_CHUNK_SIZE,
 ) -> tuple[Tensor, Tensor]:
     """Top-k keys per query by inner product (cosine for normalised inputs).
 
     queries: ``(q, dim)``; keys: ``(n, dim)``. Returns ``(scores, indices)``, both ``(q, min(k, n))``,
     sorted by descending score, on the queries' device. ``k`` above ``n`` is clamped to ``n``;
     approximate indexes (``ivf``/``hnsw``) may return fewer hits, padded with index ``-1`` / score
-    ``-inf``. ``backend="auto"`` uses FAISS when installed, else torch; ``use_gpu=None`` uses the
-    FAISS GPU index when available, falling back to the CPU index for ``k > 2048``.
+    ``-inf``. ``backend="auto"`` uses FAISS when installed, else torch (:func:`exact_topk`, its tie
+    rule, ``chunk_size`` keys at a time); ``use_gpu=None`` uses the FAISS GPU index when available,
+    falling back to the CPU index for ``k > 2048``.
     """
     if queries.ndim != 2 or keys.ndim != 2 or queries.shape[1] != keys.shape[1]:
         raise ValueError(
             f"queries/keys: expected (q, dim) and (n, dim) with the same dim, got {tuple(queries.shape)} and {tuple(keys.shape)}"
         )
-    if not isinstance(k, int) or k <= 0:
-        raise ValueError(f"k: expected a positive int, got {k!r}")
+    check_top_k(k, "k")
     if backend not in ("auto", "faiss", "torch"):
         raise ValueError(f"backend: expected 'auto', 'faiss' or 'torch', got {backend!r}")
     if index_type not in ("flat", "ivf", "hnsw"):
@@ -132,9 +224,7 @@ def search_topk(
     if not use_faiss:
         if index_type != "flat":
             logger.warning("index_type=%r needs FAISS; using exact torch search", index_type)
-        scores = queries.detach() @ keys.detach().T.to(queries.dtype)
-        top_scores, top_indices = torch.topk(scores, k, dim=1)
-        return top_scores, top_indices
+        return exact_topk(queries, keys, k, chunk_size=chunk_size)
 
     gpu = faiss_gpu_available() if use_gpu is None else bool(use_gpu)
     if gpu and not faiss_gpu_available():
