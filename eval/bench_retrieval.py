@@ -59,9 +59,9 @@ from contrastive_bert.benchmarking import (
     setup_from_args,
     write_results,
 )
-from contrastive_bert.benchmarking import retrieval_runs
 from contrastive_bert.benchmarking.protocol import Grid, Method, Run, choose_on_dev, paired_difference
-from contrastive_bert.benchmarking.retrieval_runs import (
+from contrastive_bert.training import retrieval_runs
+from contrastive_bert.training.retrieval_runs import (
     CORPUS_MINER,
     MAX_SEQ_LENGTH,
     METRICS,
@@ -231,7 +231,7 @@ class Context(TrainingRows):
 
 
 def rows_cache_folder(root: str | None, setting: str, kind: str, miner: dict[str, Any] | None, dry_run: bool) -> Path | None:
-    """:func:`contrastive_bert.benchmarking.retrieval_runs.rows_cache_folder` of a setting of :data:`PROTOCOLS`."""
+    """:func:`contrastive_bert.training.retrieval_runs.rows_cache_folder` of a setting of :data:`PROTOCOLS`."""
     return retrieval_runs.rows_cache_folder(root, setting, PROTOCOLS[setting], kind, miner, dry_run)
 
 
