@@ -53,7 +53,6 @@ from contrastive_bert.benchmarking import (
     RunLog,
     add_common_arguments,
     json_safe,
-    mean_std,
     run_key as stable_key,
     setup_from_args,
     write_results,

@@ -7,7 +7,6 @@ import argparse
 import json
 import logging
 import math
-import sys
 
 import pytest
 

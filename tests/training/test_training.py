@@ -13,7 +13,6 @@ import torch
 from sentence_transformers import SentenceTransformer
 from transformers import TrainerCallback
 
-import contrastive_bert.models
 from contrastive_bert.training import TrainingRecipe, get_loss_entry
 from contrastive_bert.training.runner import fit, train
 from contrastive_bert.training.task_evaluator import TaskEvaluator
