@@ -157,27 +157,6 @@ def grid(settings: Sequence[str] = SETTINGS, seeds: Sequence[int] = (0, 1, 2)) -
                 order=run_order(list(settings), list(seeds)))
 
 
-class GradientNorms:
-    """Per loss call of a queue loss, ``||dL/d anchors||`` and ``||dL/d documents||`` over the
-    call's own (local) rows: the anchor side and the document side of ContAccum's diagnosis."""
-
-    def __init__(self, loss) -> None:
-        self.calls: list[tuple[float, float]] = []
-        loss.gradient_norms = self.calls
-
-    def summary(self) -> dict[str, Any] | None:
-        """Mean norms, the mean of document / anchor per call, and that ratio per third of training."""
-        pairs = [(a, d) for a, d in self.calls if a > 0]
-        if not pairs:
-            return None
-        ratios = [d / a for a, d in pairs]
-        third = max(1, len(ratios) // 3)
-        return {"calls": len(pairs), "anchor_norm": mean_std([a for a, _ in pairs])["mean"],
-                "document_norm": mean_std([d for _, d in pairs])["mean"], "document_over_anchor": mean_std(ratios)["mean"],
-                "document_over_anchor_thirds": [mean_std(ratios[i * third:(i + 1) * third or None])["mean"] for i in range(3)
-                                                if ratios[i * third:(i + 1) * third or None]]}
-
-
 def run_one(setting: str, name: str, options: Mapping[str, Any], config: int, seed: int, ctx: TrainingRows,
             timing_steps: int | None = None) -> dict:
     """One training run, scored; with ``timing_steps``, only that many optimizer steps, timed, not scored."""
@@ -199,10 +178,9 @@ def run_one(setting: str, name: str, options: Mapping[str, Any], config: int, se
     entry = get_loss_entry(method_.loss)
     loss = entry.build(model, rows, recipe)
     queue_loss = getattr(loss, "loss", loss)  # the cached queue loss wraps the plain one
-    probe = norms = None
-    if hasattr(queue_loss, "miner"):
+    probe = None
+    if hasattr(queue_loss, "miner"):  # what the queue holds and ContAccum's gradient-norm diagnosis
         probe = QueueNegativeProbe(queue_loss, retrieval_runs.relevance_by_text_id(model, ctx.retrieval(setting)))
-        norms = GradientNorms(queue_loss)
     timer = StepTimer()
     start = time.perf_counter()
     with PeakMemory(args.device) as memory, tempfile.TemporaryDirectory() as output_dir:
@@ -231,7 +209,8 @@ def run_one(setting: str, name: str, options: Mapping[str, Any], config: int, se
         "train_seconds": seconds, "seconds_per_step": seconds / steps, "median_step_seconds": step_seconds,
         "rows_seconds": rows_seconds, "rows_cached": rows_cached, "memory": memory_record,
         "load_average_15min": os.getloadavg()[2], "torch_threads": torch.get_num_threads(),
-        "queue_probe": None if probe is None else probe.summary(), "gradient_norms": None if norms is None else norms.summary(),
+        "queue_probe": None if probe is None else probe.summary(),
+        "gradient_norms": None if probe is None else probe.gradient_norm_summary(),
         "last_loss": losses[-1] if losses else None, "dry_run": bool(args.dry_run),
         **retrieval_runs.score(model, ctx.retrieval(setting), args),
     }

@@ -13,7 +13,11 @@ the plain queue negatives:
 - ``distinct``: distinct texts among an anchor's hard negatives / their number (a queue longer than
   an epoch holds several stale copies of one document);
 - ``weight``: the factor ``w`` that ``hard_negative_share`` puts on each hard negative's term
-  (:func:`~contrastive_bert.losses.infonce_math.hard_negative_log_weight`).
+  (:func:`~contrastive_bert.losses.infonce_math.hard_negative_log_weight`);
+
+and, per training call, the norm of the loss's gradient on the call's anchor embeddings and on its
+document embeddings (``gradient_norms``: ContAccum's diagnosis, a bank of documents alone puts
+the extra gradient on the anchor side).
 
     probe = QueueNegativeProbe(loss, relevant={query_id: {doc_id, ...}})
     fit(model, rows, loss, recipe, output_dir)
@@ -55,12 +59,29 @@ class QueueNegativeProbe:
         self.loss = loss
         self.relevant = None if relevant is None else {int(k): torch.tensor(sorted(v), dtype=torch.int64) for k, v in relevant.items()}
         self.steps: list[dict[str, Any]] = []
+        self.gradient_norms: list[list[float]] = []  # per training call: [||dL/d anchors||, ||dL/d documents||]
         self._select = loss.miner.select
         loss.miner.select = self._probed_select
+        loss.gradient_norms = self.gradient_norms
 
     def close(self) -> None:
-        """Give the miner back its own ``select``."""
+        """Give the miner back its own ``select``; stop recording gradient norms."""
         self.loss.miner.select = self._select
+        self.loss.gradient_norms = None
+
+    def gradient_norm_summary(self) -> dict[str, Any] | None:
+        """ContAccum's diagnosis over the training calls: the mean gradient norm on the anchor side
+        and on the document side (the call's own rows), the mean of document / anchor per call, and
+        that ratio per third of training. None before a call with gradients."""
+        pairs = [(a, d) for a, d in self.gradient_norms if a > 0]
+        if not pairs:
+            return None
+        ratios = [d / a for a, d in pairs]
+        third = max(1, math.ceil(len(ratios) / 3))
+        return {"calls": len(pairs), "anchor_norm": sum(a for a, _ in pairs) / len(pairs),
+                "document_norm": sum(d for _, d in pairs) / len(pairs), "document_over_anchor": sum(ratios) / len(ratios),
+                "document_over_anchor_thirds": [sum(chunk) / len(chunk) for chunk in
+                                                (ratios[i:i + third] for i in range(0, len(ratios), third))]}
 
     def _relevant_share(self, anchor_ids: Tensor | None, key_ids: Tensor, chosen: Tensor) -> float | None:
         """Share of the ``chosen`` ``(b, n)`` queue rows that are judged relevant to their anchor."""
@@ -137,6 +158,7 @@ class QueueNegativeProbe:
 
         third = max(1, math.ceil(len(self.steps) / 3))
         return {
+            "gradient_norms": self.gradient_norm_summary(),
             "steps": len(self.steps),
             "steps_with_full_queue": sum(1 for r in self.steps if r["full"]),
             "all": means(self.steps),

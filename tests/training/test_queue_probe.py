@@ -1,6 +1,7 @@
 """QueueNegativeProbe counts, on a hand-built queue, the false negatives, ages, gaps and weights of
 the negatives the miner chooses, without changing them."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -65,3 +66,21 @@ def test_probe_counts_stale_copies_of_one_text(tiny_model):
     assert probe.steps[0]["distinct"] == 0.5
     assert probe.steps[0]["hard_relevant"] is None  # no relevance map given
     assert "weight" not in probe.steps[0]  # no hard_negative_share: every negative counts once
+
+
+def test_the_probe_records_both_sides_gradient_norms(tiny_model):
+    """Per training call, ||dL/d anchors|| and ||dL/d documents|| over the call's own rows, equal to
+    autograd's gradients of the loss on the normalised embeddings."""
+    loss = QueueInfoNCELoss(tiny_model, queue_size=8, relative_margin=None)
+    probe = QueueNegativeProbe(loss)
+    anchors, docs = torch.randn(3, loss.dim, requires_grad=True), torch.randn(3, loss.dim, requires_grad=True)
+    total = sum(loss.compute_loss_from_embeddings([anchors, docs]).values())
+    a, d = F.normalize(anchors, dim=1), F.normalize(docs, dim=1)
+    expected = F.cross_entropy(a @ d.T / 0.05, torch.arange(3))
+    grad_a, grad_d = torch.autograd.grad(expected, [a, d])
+    total.backward()
+    assert probe.gradient_norms[0] == pytest.approx([float(grad_a.norm()), float(grad_d.norm())], rel=1e-5)
+    summary = probe.summary()["gradient_norms"]
+    assert summary["calls"] == 1 and summary["document_over_anchor"] == pytest.approx(float(grad_d.norm() / grad_a.norm()), rel=1e-5)
+    probe.close()
+    assert loss.gradient_norms is None
