@@ -393,6 +393,7 @@ def entries(runs: dict[str, dict], dataset: str, regime: str) -> dict:
 def build_summary(log: list[dict], args) -> tuple[dict, dict]:
     """``{"settings": {"DATASET/REGIME": {method: entry}}, "comparisons": {"DATASET/REGIME": verdict}}``
     from the run log (partial results allowed), and the protocol and ACL-Grad's cost (written next to it)."""
+    log = [r for r in log if not r.get("dry_run")]  # dry runs: numbers meaningless
     runs = {r["key"]: r for r in log}
     settings = {f"{d}/{r}": block for d in DATASETS for r in REGIMES if (block := entries(runs, d, r))}
     summary = {"settings": settings, "comparisons": {s: verdict(block, s.split("/")[1]) for s, block in settings.items()}}
@@ -547,7 +548,7 @@ def main(argv=None) -> int:
         write_summary(run_log.records(), args)
         return 0
     if args.plan:
-        runs = {r["key"]: r for r in run_log.records()}
+        runs = run_log.of_mode(args.dry_run)
         for dataset, regime in blocks:
             for spec in plan_block(dataset, regime, runs):
                 if run_key(spec) not in runs:
@@ -556,7 +557,7 @@ def main(argv=None) -> int:
     splits_cache: dict[str, dict] = {}
     done = 0
     while args.max_runs is None or done < args.max_runs:
-        runs = {r["key"]: r for r in run_log.records()}
+        runs = run_log.of_mode(args.dry_run)
         spec = next_run(blocks, runs)
         if spec is None:
             logger.info("all planned runs are done")

@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = grid(settings, args.seeds)
     runs = 0
     while True:
-        todo = plan.plan(log, methods)
+        todo = plan.plan(log.of_mode(args.dry_run), methods)
         if not todo:
             logger.info("every planned run is in the log")
             write_summary()
@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         run = todo[0]
         untrained = run_key(run.setting, "untrained", 0, 0)
-        if not log.done(untrained):
+        if untrained not in log.of_mode(args.dry_run):
             log.append(untrained, _untrained(run.setting, ctx))
             write_summary()
         if not budget.allows(run.method):

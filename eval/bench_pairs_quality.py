@@ -54,7 +54,7 @@ from contrastive_bert.data import labelled_negative_triplets, load_dataset, reso
 from contrastive_bert.evaluation.tasks import evaluate_split
 from contrastive_bert.inference.general_ability import general_ability, summarize_general, zero_shot_accuracy
 from contrastive_bert.models import load_model
-from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
+from contrastive_bert.training import NothingTrained, TrainingRecipe, fit, get_loss_entry
 from contrastive_bert.training.losses_registry import build_loss
 from contrastive_bert.training.train_data import build_train_dataset
 
@@ -231,17 +231,21 @@ def run_one(setting: str, name: str, config_index: int, seed: int, args, cache: 
     batch_sampler = get_loss_entry(method.loss).batch_sampler
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as output_dir:
-        trainer = fit(model, rows, loss, recipe, output_dir, batch_sampler=batch_sampler)
+        try:
+            trainer = fit(model, rows, loss, recipe, output_dir, batch_sampler=batch_sampler)
+        except NothingTrained:
+            if not args.dry_run:  # a dry run's tiny model may mine too few triplets for a step
+                raise
+            trainer = None
     seconds = time.perf_counter() - start
-    if trainer.state.global_step == 0 and not args.dry_run:  # a dry run's tiny model may mine too few triplets
-        raise RuntimeError(f"{setting}/{name}: no training step was taken (batch size {batch_size}, {len(rows)} rows)")
-    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    history = [] if trainer is None else trainer.state.log_history
+    losses = [entry["loss"] for entry in history if "loss" in entry]
     if losses and not all(math.isfinite(v) for v in losses):
         raise RuntimeError(f"{setting}/{name}: non-finite training loss")
     return {
         "setting": setting, "method": name,
         "config": config_index, "seed": seed, "learning_rate": learning_rate, "options": config,
-        "steps": trainer.state.global_step, "train_rows": len(rows), "train_seconds": seconds,
+        "steps": 0 if trainer is None else trainer.state.global_step, "train_rows": len(rows), "train_seconds": seconds,
         "last_loss": losses[-1] if losses else None, **score(model, setting, args.data_dir, splits, args.eval_rows),
         "dry_run": args.dry_run,
     }
@@ -269,6 +273,7 @@ def summarize(log, seeds=(0, 1, 2)) -> dict[str, dict[str, dict]]:
     """``setting -> method -> entry`` (the shared result shape, :mod:`contrastive_bert.benchmarking.protocol`)
     from the run log (``key -> record``): per method with runs, the dev-chosen configuration and its
     test mean/std over the seeds finished so far; ``untrained`` is the bundled model as it is."""
+    log = {key: record for key, record in log.items() if not record.get("dry_run")}  # dry runs: numbers meaningless
     return grid(seeds).results(log, test=test_scores, dev=lambda r: {SETTINGS[r["setting"]]["metric"]: r["dev"]},
                                general=general_block)
 
@@ -339,14 +344,14 @@ def main(argv: list[str] | None = None) -> int:
     plan = grid(args.seeds)
     order = ["untrained", *methods]  # the untrained rows first, then method-major: a method in both settings before the next
     if args.plan:
-        for run in plan.plan(log, order, settings):
+        for run in plan.plan(log.of_mode(args.dry_run), order, settings):
             print("todo", run_key(run.setting, run.method, run.config, run.seed))
         return 0
     splits_by_setting = {setting: cap_rows(load_dataset(SETTINGS[setting]["task"], data_dir=args.data_dir), args.eval_rows)
                          for setting in settings}
     cache: dict = {}
     while True:
-        todo = plan.plan(log, order, settings)  # again after every run: a method's seeds follow its dev choice
+        todo = plan.plan(log.of_mode(args.dry_run), order, settings)  # again after every run: a method's seeds follow its dev choice
         if not todo or not budget.allows(todo[0].setting):
             break
         run = todo[0]

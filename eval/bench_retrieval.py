@@ -301,7 +301,8 @@ def recommended(dev: Mapping[str, float], dev_queries: int) -> str | None:
     best = _best_on_dev(dev, False)
     if best is None or dev_queries < 1:
         return best
-    tied = [name for name in METHODS[best].fields["ablations"] if name in dev and dev[best] - dev[name] < 100 / dev_queries]
+    tied = [name for name in METHODS[best].fields["ablations"]  # never a sentence-transformers method (queue_hard's is MNRL)
+            if name in dev and not METHODS[name].fields["baseline"] and dev[best] - dev[name] < 100 / dev_queries]
     return choose_on_dev({name: dev[name] for name in tied}) if tied else best
 
 
@@ -538,14 +539,14 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(args)
     for setting in settings:
         key = run_key(setting, "untrained", 0, 0)
-        if not log.done(key) and budget.allows("untrained"):
+        if key not in log.of_mode(args.dry_run) and budget.allows("untrained"):
             with budget.timed("untrained"):
                 log.append(key, _untrained(setting, ctx))
             write_summary()
     plan = grid(settings, args.seeds)
     runs = 0
     while True:
-        todo = plan.plan(log, methods)
+        todo = plan.plan(log.of_mode(args.dry_run), methods)
         if not todo:
             logger.info("every planned run is in the log")
             write_summary()

@@ -253,3 +253,16 @@ def test_merge_copies_results_without_a_run_log_except_from_a_dry_run(tmp_path):
     (source / "speed_gpu.json").write_text('{"step": 99}')
     assert merge(source, destination)["speed_gpu.json"] == {"copied": False}
     assert json.loads((destination / "speed_gpu.json").read_text()) == {"step": 0.01}
+
+
+def test_run_log_of_mode_keeps_dry_runs_and_real_runs_apart(tmp_path):
+    """A --dry-run record (numbers meaningless) never counts as a real run done, nor the reverse."""
+    from contrastive_bert.benchmarking import RunLog
+
+    log = RunLog(tmp_path / "runs.jsonl")
+    log.append("a", {"dry_run": True, "test": 1.0})
+    log.append("b", {"test": 2.0})  # records made before the flag existed are real runs
+    log.append("c", {"dry_run": False, "test": 3.0})
+    assert sorted(log.of_mode(False)) == ["b", "c"] and sorted(log.of_mode(True)) == ["a"]
+    log.append("a", {"dry_run": False, "test": 4.0})  # the real run replaces the dry one
+    assert log.of_mode(False)["a"]["test"] == 4.0 and log.of_mode(True) == {}

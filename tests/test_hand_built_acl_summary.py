@@ -147,8 +147,6 @@ def test_a_block_without_a_complete_method_names_what_is_pending(bench):
     assert verdict["pending_why"] == bench.PENDING_WHY
 
 
-@pytest.mark.xfail(strict=True, reason="bug: build_summary counts --dry-run records (numbers meaningless) in the "
-                                       "means and the verdict; bench_retrieval's summarize leaves them out")
 def test_a_dry_run_record_is_left_out_of_the_summary(bench):
     records = _log(bench)
     records[-1] = {**records[-1], "test": {"accuracy": 10.0, "macro_f1": 0.0}, "dry_run": True}  # acl_embed_encoded, seed 2

@@ -129,8 +129,6 @@ def test_two_entries_pair_seed_by_seed(bench):
     assert diff["mean"] == pytest.approx(1.0) and diff["std"] == pytest.approx(1.0) and diff["seeds_won"] == 2
 
 
-@pytest.mark.xfail(strict=True, reason="bug: summarize counts --dry-run records (2 training steps, 32 eval rows: "
-                                       "'numbers meaningless') in the means; bench_retrieval's summarize leaves them out")
 def test_a_dry_run_record_is_left_out_of_the_summary(bench):
     """queue_cosent's seed 2 replaced by a dry run scoring 10: only seeds 0 and 1 are real runs."""
     log = _log()

@@ -170,9 +170,6 @@ def test_an_ablation_within_one_dev_query_is_recommended_over_the_best_of_ours(b
     assert verdict["ours_minus_baseline"]["values"] == pytest.approx([-1.0]) and verdict["pending"] is True
 
 
-@pytest.mark.xfail(strict=True, reason="bug: recommended() may return a sentence-transformers ablation (queue_hard's "
-                                       "ablation is MNRL), so the verdict's 'ours' can be the baseline itself and "
-                                       "ours_minus_baseline compares MNRL with MNRL (0 on every seed)")
 def test_ours_is_never_a_sentence_transformers_method(bench):
     """queue_hard best of ours on dev (76), and MNRL 75.5 on dev: the best sentence-transformers row on
     dev (75.5 > 73) and within 100 / 81 = 1.23 dev points of queue_hard (76 - 75.5 = 0.5), so

@@ -82,6 +82,11 @@ class RunLog:
         index = self._index.get(run_key(key))
         return None if index is None else self._records[index]
 
+    def of_mode(self, dry_run: bool) -> dict[str, dict]:
+        """``key -> record`` of the runs made in this mode: a real run's plan and summary never count
+        a ``--dry-run`` record (numbers meaningless) as done, and a dry run never counts a real one."""
+        return {r["key"]: r for r in self._records if bool(r.get("dry_run")) == bool(dry_run)}
+
     def records(self) -> list[dict]:
         """Every record, in the order first appended (a copy of the list)."""
         return list(self._records)
