@@ -120,6 +120,34 @@ def _hub_message(name: str, why: str) -> str:
             "all-MiniLM-L6-v2), a local model folder, or a network connection to the hub")
 
 
+def _on_the_hub(repo_id: str) -> bool:
+    """Whether the hub knows the model ``repo_id`` (True when the hub cannot say: loading decides)."""
+    from huggingface_hub import repo_exists
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        return repo_exists(repo_id)
+    except HFValidationError:  # not a valid repo id
+        return False
+    except Exception:  # a network or server error: the load that follows reports it
+        return True
+
+
+def check_hub_model(name_or_path: str) -> None:
+    """For a hub id, what loading it would fail on, found without loading (:func:`check_model_name`
+    checks local paths, which pass here): offline, no copy cached on this machine; online, no model
+    of that name on the hub. A one-line ``ValueError`` naming the model as given."""
+    repo_id = resolve_model_name(name_or_path)
+    if Path(repo_id).expanduser().exists():
+        return
+    if hub_offline():
+        if not _cached_on_this_machine(repo_id):
+            raise ValueError(_hub_message(name_or_path, "the Hugging Face hub cannot be reached (offline) and no copy of it is cached on this machine"))
+    elif not _on_the_hub(repo_id):
+        raise ValueError(_hub_message(name_or_path, "and the Hugging Face hub has no model of that name (check the spelling; "
+                                                    "a private model needs `hf auth login`)"))
+
+
 def _load_from_hub(name: str, resolved: str, device: str | None, kwargs: dict):
     """A hub model: from the local cache when the hub is off limits (one ``ValueError`` naming the
     ways out when it is not cached), else downloaded, a failure again one ``ValueError``."""

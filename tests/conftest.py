@@ -62,7 +62,8 @@ def tiny_model(_tiny_model_session):
 
 @pytest.fixture()
 def tiny_loader(monkeypatch, _tiny_model_session):
-    """``contrastive_bert.models.load_model`` returns a fresh copy of the tiny BERT; records the names asked for."""
+    """``contrastive_bert.models.load_model`` returns a fresh copy of the tiny BERT; records the names asked for.
+    Any name can be had, so the hub check before loading (``check_hub_model``) passes too."""
     import contrastive_bert.models
 
     asked = []
@@ -72,6 +73,7 @@ def tiny_loader(monkeypatch, _tiny_model_session):
         return copy.deepcopy(_tiny_model_session)
 
     monkeypatch.setattr(contrastive_bert.models, "load_model", load_model)
+    monkeypatch.setattr(contrastive_bert.models, "check_hub_model", lambda name_or_path: None)
     return asked
 
 

@@ -157,6 +157,65 @@ def _mining_summary(report, args: argparse.Namespace, kept_pairs: int) -> str:
     return "; ".join([line, *reasons])
 
 
+def _negatives_per_pair(pairs, mined, output_format: str, num_negatives: int) -> dict[tuple[str, str], int]:
+    """``{(anchor, positive): negatives mined for it}`` for every distinct pair of ``pairs``, read
+    from the rows ``mine_hard_negatives`` wrote in ``output_format`` (0: the pair was dropped)."""
+    from collections import Counter
+
+    counts = dict.fromkeys(zip(pairs["anchor"], pairs["positive"]), 0)
+    if output_format == "triplet":  # one row per negative
+        counts.update(Counter(zip(mined["anchor"], mined["positive"])))
+    elif output_format == "n-tuple":  # a row only with all its negatives
+        counts.update(dict.fromkeys(zip(mined["anchor"], mined["positive"]), num_negatives))
+    elif output_format == "labeled-list":  # (anchor, [positive, negatives...], [1, 0, ...])
+        counts.update({(a, docs[0]): list(labels).count(0) for a, docs, labels in zip(mined["anchor"], mined["positive"], mined["labels"])})
+    else:  # labeled-pair: (anchor, text, label) rows, the negatives (label 0) shared by the anchor's pairs
+        per_anchor = Counter(a for a, label in zip(mined["anchor"], mined["label"]) if label == 0)
+        counts = {(a, positive): per_anchor[a] for a, positive in counts}
+    return counts
+
+
+def _pair_mining_summary(pairs, mined, args: argparse.Namespace) -> str:
+    """One line: how many distinct (anchor, positive) pairs got their ``--num-negatives`` negatives,
+    how many fewer or none (dropped) and why (no candidate within the search window passed the
+    filters), and how many pairs repeat an earlier one (mined once, as ``mine_hard_negatives`` does)."""
+    from collections import Counter
+
+    wanted = args.num_negatives
+    counts = _negatives_per_pair(pairs, mined, args.output_format, wanted)
+    total, full = len(counts), sum(1 for n in counts.values() if n >= wanted)
+    dropped, short = sum(1 for n in counts.values() if n == 0), sum(1 for n in counts.values() if 0 < n < wanted)
+    repeats = len(pairs) - total
+    parts = [f"{full} of {total} {'distinct ' if repeats else ''}(anchor, positive) pairs got {wanted} negative(s) each"]
+    if short:
+        parts.append(f"{short} got fewer (1 to {wanted - 1})")
+    if repeats:
+        parts.append(f"{repeats} of the {len(pairs)} pairs {'repeats an earlier one' if repeats == 1 else 'repeat earlier ones'} "
+                     "(same anchor and positive), mined once")
+    if not dropped:
+        return "; ".join(parts)
+    filters = []
+    if args.relative_margin is not None:
+        filters.append(f"score at most {(1 - args.relative_margin) * 100:g}% of the positive's score (--relative-margin "
+                       f"{args.relative_margin:g})")
+    if args.absolute_margin is not None:
+        filters.append(f"score at most the positive's score minus {args.absolute_margin:g} (--absolute-margin)")
+    if args.max_score is not None:
+        filters.append(f"score at most {args.max_score:g} (--max-score)")
+    most_positives = max(Counter(pairs["anchor"]).values())
+    window = args.range_max or args.range_min + wanted * (10 if filters else 1) + most_positives  # as mine_hard_negatives derives it
+    skipped = f" after the {args.range_min} most similar (--range-min)" if args.range_min else ""
+    needed = "no candidate" if args.output_format != "n-tuple" else f"fewer than {wanted} candidates"
+    if filters:
+        why = (f"{needed} among their {window} most similar texts{skipped} (other than the anchor and its positives) passed "
+               f"the filters: a negative must {' and '.join(filters)}; relax those filters or raise --range-max to keep more")
+    else:
+        why = (f"{needed} among their {window} most similar texts{skipped} besides the anchor and its positives: "
+               "too few candidate texts (add some with --corpus)")
+    parts.append(f"{dropped} {'got none' if args.output_format == 'labeled-pair' else 'dropped'}: {why}")
+    return "; ".join(parts)
+
+
 def _mine_retrieval(args: argparse.Namespace, output: Path) -> int:
     """A retrieval data set (scifact, nfcorpus, a BEIR folder): its train queries against its whole
     corpus, every judged-relevant document of the query excluded, TopK-PercPos from
@@ -242,4 +301,5 @@ def run_mine(args: argparse.Namespace) -> int:
     )
     _write(mined, output)
     print(f"mined {len(mined)} rows ({', '.join(mined.column_names)}) from {len(pairs)} pairs -> {output}")
+    print(_pair_mining_summary(pairs, mined, args))
     return 0

@@ -190,6 +190,8 @@ def run_search(args: argparse.Namespace) -> int:
     corpus = load_corpus(args.corpus, args.data_dir)
     model = load_model(args.model, device=args.device)
     index = _index(args, model, corpus)
+    if index.backend != "exact":  # the default, the scorer's own search, goes without saying
+        print(f"search: {index.describe_search()}")
     hits = index.search(list(queries.values()), top_k=args.top_k, batch_size=args.batch_size)
     for query, found in zip(queries.values(), hits):
         print(f"\nquery: {query}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import random
+import shlex
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -95,8 +96,11 @@ def beir_files(folder: Path) -> dict[str, str]:
     if not qrels:
         missing.append("qrels/<split>.tsv (qrels/train.tsv to train on, qrels/test.tsv to score)")
     if missing:
+        # Documents without queries, the commonest real case: search serves them as they are.
+        search = (f"; its documents can be searched as they are: contrastive-bert search --corpus {shlex.quote(str(folder))} --query TEXT"
+                  if (folder / "corpus.jsonl").is_file() else "")
         raise ValueError(f"dataset: {folder} is not a complete BEIR folder: missing {', '.join(missing)} "
-                         "(a BEIR folder holds corpus.jsonl, queries.jsonl and qrels/<split>.tsv)")
+                         f"(a BEIR folder holds corpus.jsonl, queries.jsonl and qrels/<split>.tsv){search}")
     files = {CORPUS: "corpus.jsonl", QUERIES: "queries.jsonl"}
     for path in qrels:
         files[SPLIT_NAMES.get(path.stem, path.stem)] = f"qrels/{path.name}"

@@ -9,9 +9,11 @@ measured; FAISS serves large corpora (``backend="faiss"``: ``IndexFlatIP``, exac
 ``index_type="hnsw"``, approximate).
 
 An index saved to a folder (``save``) loads back only with the model that built it: the folder
-keeps the embedding of a probe sentence, and ``load`` re-encodes it and refuses another model
-(searching one model's document embeddings with another model's queries returns noise without any
-error). A corpus fingerprint (ids and texts) tells whether a saved index still matches a corpus.
+keeps a SHA-256 of the model's weights, which must match exactly (a model trained one more step
+differs), and the embedding of a probe sentence, re-encoded at load (the modules without weights:
+pooling, normalisation); searching one model's document embeddings with another model's queries
+returns wrong hits without any error. A corpus fingerprint (ids and texts) tells whether a saved
+index still matches a corpus.
 
 Example::
 
@@ -44,12 +46,13 @@ from contrastive_bert.topk_search import build_faiss_index, check_top_k, faiss_a
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CorpusIndex", "SearchHit", "corpus_fingerprint"]
+__all__ = ["CorpusIndex", "SearchHit", "corpus_fingerprint", "weights_fingerprint"]
 
 #: Encoded at build time and again at load time: a different model gives a different embedding.
 PROBE_TEXT = "contrastive_bert corpus index probe: which model built these embeddings?"
 #: Cosine between the stored and the re-encoded probe above which the model counts as the same
-#: (a model saved and reloaded, or moved to another device, stays above 0.9999).
+#: (a model saved and reloaded, or moved to another device, stays above 0.9999); the weights must
+#: match exactly besides (:func:`weights_fingerprint`), which a trained model never passes.
 SAME_MODEL_COSINE = 0.999
 FORMAT_VERSION = 1
 META_FILE, EMBEDDINGS_FILE, DOCUMENTS_FILE = "index.json", "embeddings.npy", "documents.jsonl"
@@ -72,6 +75,20 @@ def corpus_fingerprint(ids: Sequence[str], texts: Sequence[str]) -> str:
     digest = hashlib.sha1()
     for doc_id, text in zip(ids, texts):
         digest.update(doc_id.encode("utf-8") + b"\x00" + text.encode("utf-8") + b"\x01")
+    return digest.hexdigest()
+
+
+def weights_fingerprint(model: Any) -> str | None:
+    """A SHA-256 of ``model``'s state dict (names, dtypes, shapes and bytes of every tensor, in
+    order): any changed weight changes it, the same weights on another device do not. None for a
+    model without a ``state_dict`` (an embedding function)."""
+    if not callable(getattr(model, "state_dict", None)):
+        return None
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        data = tensor.detach().to("cpu").contiguous().reshape(-1)
+        digest.update(f"{name}\x00{data.dtype}\x00{tuple(tensor.shape)}\x00".encode("utf-8"))
+        digest.update(data.view(torch.uint8).numpy())
     return digest.hexdigest()
 
 
@@ -175,6 +192,14 @@ class CorpusIndex:
         scores, rows = self._faiss().search(queries, min(top_k, len(self)))
         return torch.from_numpy(scores), torch.from_numpy(rows).long()
 
+    def describe_search(self) -> str:
+        """What answers the queries, in words: the backend and, for FAISS, the index class and
+        whether it is exact (``"FAISS IndexFlatIP (exact inner product) over 8 documents"``)."""
+        if self.backend == "exact":
+            return f"exact cosine search (torch) over {len(self)} documents"
+        kind = "exact inner product" if self.index_type == "flat" else "approximate"
+        return f"FAISS {type(self._faiss()).__name__} ({kind}) over {len(self)} documents"
+
     def _faiss(self):
         """The FAISS index over :attr:`embeddings`, built on first search and kept."""
         if self._faiss_index is None:
@@ -193,7 +218,7 @@ class CorpusIndex:
             for doc_id, text in zip(self.ids, self.texts):
                 handle.write(json.dumps({"id": doc_id, "text": text}, ensure_ascii=False) + "\n")
         meta = {"format_version": FORMAT_VERSION, "documents": len(self), "dimension": int(self.embeddings.shape[1]),
-                "model": model_name,
+                "model": model_name, "model_weights": weights_fingerprint(self.model),
                 "probe": [round(float(x), 7) for x in self.probe.tolist()], "fingerprint": self.fingerprint,
                 "backend": self.backend, "index_type": self.index_type}
         (folder / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
@@ -213,15 +238,22 @@ class CorpusIndex:
 
     @classmethod
     def load(cls, path: str | Path, model, *, backend: Backend | None = None, index_type: IndexType | None = None) -> CorpusIndex:
-        """A saved index, for ``model``: a ``ValueError`` if ``model`` is not the one that built it."""
+        """A saved index, for ``model``: a ``ValueError`` if ``model`` is not the one that built it
+        (its weights differ by as much as one bit, or its probe embedding differs), or if the index
+        records no fingerprint of its model's weights (saved by an earlier version: cannot be checked)."""
         folder = Path(path).expanduser()
         meta = cls.read_meta(folder)
+        rebuild = "Rebuild it with this model: pass --overwrite (in Python: CorpusIndex.build(...).save(path, overwrite=True))"
+        weights = weights_fingerprint(model)
+        if weights is not None and "model_weights" not in meta:
+            raise ValueError(f"model: the index at {folder} records no fingerprint of the weights of the model that "
+                             f"built it (saved by an earlier version), so this model cannot be checked against it. {rebuild}")
         probe = cls._encode_probe(model)
         stored = torch.tensor(meta["probe"], dtype=torch.float32)
-        if stored.shape != probe.shape or float(stored @ probe) < SAME_MODEL_COSINE:
+        if meta.get("model_weights") != weights or stored.shape != probe.shape or float(stored @ probe) < SAME_MODEL_COSINE:
             raise ValueError(f"model: the index at {folder} was built by another model "
-                             f"({meta.get('model') or 'unnamed'}, dimension {meta['dimension']}); its document embeddings "
-                             "do not match this model's queries. Rebuild it with this model")
+                             f"({meta.get('model') or 'unnamed'}, dimension {meta['dimension']}; its weights or its embeddings "
+                             f"differ from this model's), so its document embeddings do not match this model's queries. {rebuild}")
         documents = [json.loads(line) for line in open(folder / DOCUMENTS_FILE, encoding="utf-8") if line.strip()]
         embeddings = torch.from_numpy(np.load(folder / EMBEDDINGS_FILE))
         index = cls(model, [d["id"] for d in documents], [d["text"] for d in documents], embeddings,

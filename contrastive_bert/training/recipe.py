@@ -20,6 +20,28 @@ RESUME_OVERRIDABLE = ("max_steps", "epochs", "eval_steps", "save_steps", "save_t
 RUN_CONTROL = ("overwrite", "resume")  # how to start this invocation, not part of the run
 
 
+def _yaml_error_mark(error):
+    """Where a YAML mistake is: the start of the token left unfinished when there is one (PyYAML's
+    ``context_mark`` "while scanning ...": a key without its ``:``, an unclosed quote, which PyYAML
+    notices only on the next line), else where the parser stopped (``problem_mark``)."""
+    problem, context = getattr(error, "problem_mark", None), getattr(error, "context_mark", None)
+    unfinished = (getattr(error, "context", None) or "").startswith("while scanning")
+    return context if context is not None and (unfinished or problem is None) else problem
+
+
+def _yaml_error_place(error) -> str:
+    """``", line L, column C"`` (1-based; PyYAML's marks count from 0) of a YAML error, or ''."""
+    mark = _yaml_error_mark(error)
+    return f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+
+def _yaml_problem(error) -> str:
+    """What PyYAML found, with what it was reading when that started on an earlier line."""
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    context, mark = getattr(error, "context", None), _yaml_error_mark(error)
+    return f"{problem} {context}" if context and mark is getattr(error, "context_mark", None) else problem
+
+
 @dataclass
 class TrainingRecipe:
     """Everything a training run needs. Defaults: fine-tune the bundled all-MiniLM-L6-v2 with
@@ -186,10 +208,7 @@ class TrainingRecipe:
             try:
                 values = yaml.safe_load(text) or {}
             except yaml.YAMLError as error:
-                mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
-                where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-                problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-                raise ValueError(f"recipe: {path}{where}: not valid YAML ({problem})") from None
+                raise ValueError(f"recipe: {path}{_yaml_error_place(error)}: not valid YAML ({_yaml_problem(error)})") from None
         else:
             raise ValueError(f"recipe: expected a .yaml, .yml or .json file, got {path.name}")
         if not isinstance(values, dict):

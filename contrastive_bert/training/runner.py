@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from contrastive_bert.training.checks import check_run_inputs, precision_flags
 from contrastive_bert.training.losses_registry import get_loss_entry
 from contrastive_bert.training.output_dir import (
     CHECKPOINTS,
@@ -45,20 +46,6 @@ class TrainingOutcome:
     log_history: list = field(default_factory=list)
     train_seconds: float = 0.0
     already_finished: bool = False
-
-
-def _precision_flags(mixed_precision: str) -> dict[str, bool]:
-    if mixed_precision == "no":
-        return {}
-    import torch
-
-    if not torch.cuda.is_available():
-        if mixed_precision == "auto":
-            return {}
-        raise ValueError(f"mixed_precision: {mixed_precision!r} needs a CUDA device; use 'no' or 'auto' on CPU")
-    if mixed_precision == "auto":
-        return {"bf16": True} if torch.cuda.is_bf16_supported() else {"fp16": True}
-    return {mixed_precision: True}
 
 
 def _checkpointing_flags(enabled: bool) -> dict:
@@ -121,7 +108,7 @@ def training_arguments(
         report_to="none",
         dataloader_drop_last=True,
         dataloader_pin_memory=torch.cuda.is_available(),
-        **_precision_flags(recipe.mixed_precision),
+        **precision_flags(recipe.mixed_precision),
         **_checkpointing_flags(recipe.gradient_checkpointing),
         **rate_mapping,
     )
@@ -191,35 +178,27 @@ def no_step_message(train_dataset, recipe: TrainingRecipe, batch_sampler: str) -
 
 def check_recipe(recipe: TrainingRecipe):
     """Every check that needs no model and loads no data: recipe fields, the recorded recipe on
-    resume, the loss and its options, the model path, data sets and their formats, tasks, the
-    output folder. Writes nothing. Returns ``(loss_entry, checkpoint_to_resume)``.
-    The cheapest checks run first, before the imports the later ones need."""
-    from contrastive_bert.models import check_model_name
+    resume, the model path, the loss and its options, data sets and their formats, tasks
+    (:func:`~contrastive_bert.training.checks.check_run_inputs`), the output folder, and last (it
+    may ask the hub) that a hub model can be had. Writes nothing. Returns
+    ``(loss_entry, checkpoint_to_resume)``. The cheapest checks run first."""
+    from contrastive_bert.models import check_hub_model, check_model_name
 
     recipe.validate()
+    _check_resume_overrides(recipe)
+    check_model_name(recipe.model)
+    entry = check_run_inputs(recipe)
+    checkpoint = prepare_output_dir(recipe.output_dir, overwrite=recipe.overwrite, resume=recipe.resume)
+    check_hub_model(recipe.model)
+    return entry, checkpoint
+
+
+def _check_resume_overrides(recipe: TrainingRecipe) -> None:
+    """On resume, the fields that differ from the run recorded in ``recipe.output_dir``: logged
+    when they may change, a ``ValueError`` naming the first that may not."""
     if recipe.resume and (Path(recipe.output_dir) / RECIPE_FILE).is_file():
         for name, (was, now) in recipe.resume_overrides(TrainingRecipe.load_recorded(recipe.output_dir)).items():
             logger.info("resume: %s changed from %r to %r", name, was, now)
-    entry = get_loss_entry(recipe.loss)
-    entry.check_options(recipe.loss_options)
-    check_model_name(recipe.model)
-    from contrastive_bert.data import resolve_data_dir
-    from contrastive_bert.evaluation.tasks import check_tasks
-    from contrastive_bert.training.train_data import check_train_datasets
-
-    resolve_data_dir(recipe.data_dir)
-    check_train_datasets(recipe.datasets, entry.data_format, recipe.labelled_negatives)
-    if recipe.corpus_negatives is not None:
-        from contrastive_bert.training.corpus_negatives import check_corpus_negative_datasets
-
-        check_corpus_negative_datasets(recipe.datasets, entry.data_format)
-    if recipe.eval_tasks:
-        check_tasks(recipe.eval_tasks)
-    if recipe.dev_task:
-        check_tasks([recipe.dev_task])
-    _precision_flags(recipe.mixed_precision)
-    checkpoint = prepare_output_dir(recipe.output_dir, overwrite=recipe.overwrite, resume=recipe.resume)
-    return entry, checkpoint
 
 
 def check_enough_rows(train_dataset, recipe: TrainingRecipe, batch_sampler: str = "batch_sampler") -> None:
@@ -307,12 +286,25 @@ def evaluate_recipe_tasks(model, recipe: TrainingRecipe, data: dict | None = Non
 def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutcome:
     """Train per ``recipe``: evaluate before, train with checkpoints, save ``<output_dir>/final``,
     evaluate after, and write ``<output_dir>/results.json``. A recipe with ``stages`` runs them in
-    order (:mod:`contrastive_bert.training.stages`)."""
+    order (:mod:`contrastive_bert.training.stages`), every stage checked before the first trains."""
     if recipe.stages:
         from contrastive_bert.training.stages import train_stages
 
-        return TrainingOutcome(**train_stages(recipe, run_stage=train, callbacks=callbacks))
+        return TrainingOutcome(**train_stages(recipe, run_stage=_train_stage, callbacks=callbacks))
     entry, checkpoint = check_recipe(recipe)  # before the heavy imports below: bad input fails in a second
+    return _train_checked(recipe, entry, checkpoint, callbacks)
+
+
+def _train_stage(stage: TrainingRecipe, callbacks: list | None = None) -> TrainingOutcome:
+    """One stage of a staged recipe, which :func:`~contrastive_bert.training.stages.check_stages`
+    checked with the others: the checkpoint its folder holds (``stage.resume``), then the run."""
+    _check_resume_overrides(stage)  # against the stage's own record, in its folder
+    checkpoint = prepare_output_dir(stage.output_dir, overwrite=stage.overwrite, resume=stage.resume)
+    return _train_checked(stage, get_loss_entry(stage.loss), checkpoint, callbacks)
+
+
+def _train_checked(recipe: TrainingRecipe, entry, checkpoint: str | None, callbacks: list | None) -> TrainingOutcome:
+    """:func:`train` after the checks: ``entry`` the loss's registry entry, ``checkpoint`` the one to resume."""
     if recipe.resume and (results := finished_run(recipe)) is not None:
         logger.info("resume: %s finished already (step %s); nothing to do", recipe.output_dir, results.get("global_step"))
         return TrainingOutcome(None, str(recipe.output_dir), results.get("before", {}), results.get("after", {}),

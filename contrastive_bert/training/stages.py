@@ -104,28 +104,23 @@ def _check_data_reachable(recipe: TrainingRecipe) -> None:
 
 
 def check_stages(recipe: TrainingRecipe) -> list[TrainingRecipe]:
-    """Every check of a staged recipe that needs no model: each stage's fields, loss and loss
-    options, data sets and tasks, a classifier before the cross-layer loss, exit layers against
-    the model's depth, the output folder. Writes nothing. Returns the stage recipes."""
-    from contrastive_bert.evaluation.tasks import check_tasks
-    from contrastive_bert.models import check_model_name
-    from contrastive_bert.training.losses_registry import get_loss_entry
-    from contrastive_bert.training.train_data import check_train_datasets
+    """Every check of a staged recipe that needs no model, all before the first stage trains (a
+    stage then runs unchecked): each stage's fields, loss and loss options, data sets (reachable),
+    tasks and precision (:func:`~contrastive_bert.training.checks.check_run_inputs`), a classifier
+    before the cross-layer loss, exit layers against the model's depth, the output folder, and last
+    (it may ask the hub) that the first stage's model can be had. Writes nothing. Returns the
+    stage recipes."""
+    from contrastive_bert.models import check_hub_model, check_model_name
+    from contrastive_bert.training.checks import check_run_inputs
 
     recipe.validate()
-    recipes = stage_recipes(recipe)
+    recipes = stage_recipes(recipe)  # each stage's fields validated as its recipe is built
     check_model_name(recipes[0].model)
     depth, has_classifier = _model_folder_info(recipes[0].model)
     for index, stage in enumerate(recipes):
         try:
-            entry = get_loss_entry(stage.loss)
-            entry.check_options(stage.loss_options)
-            check_train_datasets(stage.datasets, entry.data_format, stage.labelled_negatives)
+            check_run_inputs(stage)
             _check_data_reachable(stage)
-            if stage.eval_tasks:
-                check_tasks(stage.eval_tasks)
-            if stage.dev_task:
-                check_tasks([stage.dev_task])
         except ValueError as error:
             raise ValueError(f"stages[{index}].{error}") from None
         if stage.loss == "cross_layer":
@@ -148,6 +143,7 @@ def check_stages(recipe: TrainingRecipe) -> list[TrainingRecipe]:
             raise ValueError(f"resume: {recipe.output_dir} holds no staged run to resume")
     else:
         prepare_output_dir(recipe.output_dir, overwrite=recipe.overwrite)
+    check_hub_model(recipes[0].model)
     return recipes
 
 
@@ -192,9 +188,10 @@ def evaluate_multi_exit(model: Any, recipe: TrainingRecipe) -> dict[str, Any]:
 
 
 def train_stages(recipe: TrainingRecipe, run_stage: Callable[..., Any], callbacks: list | None = None) -> dict[str, Any]:
-    """Run a staged recipe (see the module doc), each stage by ``run_stage(stage_recipe,
-    callbacks=...)`` (the runner's ``train``); returns the fields of the run's ``TrainingOutcome``
-    (the final model, the combined results under ``<output_dir>``)."""
+    """Run a staged recipe (see the module doc): :func:`check_stages`, then each stage by
+    ``run_stage(stage_recipe, callbacks=...)`` (the runner's, which trains a stage checked here
+    without checking it again); returns the fields of the run's ``TrainingOutcome`` (the final
+    model, the combined results under ``<output_dir>``)."""
     from contrastive_bert.heads.exits import find_exit_heads
     from contrastive_bert.training.model_card import note_custom_modules
 

@@ -132,7 +132,8 @@ def small_splits(monkeypatch):
 
 @pytest.fixture()
 def readme_loader(monkeypatch, _tiny_model_session):
-    """Folders made by earlier commands load for real; any other model is the tiny BERT."""
+    """Folders made by earlier commands load for real; any other model is the tiny BERT (so the hub
+    check before loading passes for it)."""
     real = contrastive_bert.models.load_model
 
     def load_model(name_or_path="default", device=None, **kwargs):
@@ -141,6 +142,7 @@ def readme_loader(monkeypatch, _tiny_model_session):
         return copy.deepcopy(_tiny_model_session)
 
     monkeypatch.setattr(contrastive_bert.models, "load_model", load_model)
+    monkeypatch.setattr(contrastive_bert.models, "check_hub_model", lambda name_or_path: None)
 
 
 def _marks(command: str):

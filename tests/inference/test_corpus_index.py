@@ -138,3 +138,43 @@ def test_bad_input():
         index.search("go north", top_k=0)
     with pytest.raises(ValueError, match="queries"):
         index.search([])
+
+
+def _one_adamw_step(model, learning_rate: float = 1e-5) -> None:
+    """One AdamW step at a fine-tuning learning rate on a batch of two texts."""
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+    features = getattr(model, "preprocess", model.tokenize)(["north by north-east", "east"])
+    model(features)["sentence_embedding"].pow(2).sum().backward()
+    optimizer.step()
+    model.eval()
+
+
+def test_a_model_one_small_step_or_one_weight_away_is_refused(tiny_model, tmp_path):
+    """The probe alone let a model trained a few steps pass as the index's own; the weights' SHA-256
+    refuses any change, and the refusal says how to rebuild (--overwrite). The same model loads."""
+    from contrastive_bert.inference.corpus_index import SAME_MODEL_COSINE
+
+    folder = CorpusIndex.build(tiny_model, DOCS).save(tmp_path / "index")
+    assert CorpusIndex.load(folder, copy.deepcopy(tiny_model)).ids == list(DOCS)
+    stepped = copy.deepcopy(tiny_model)
+    _one_adamw_step(stepped)
+    nudged = copy.deepcopy(tiny_model)
+    with torch.no_grad():
+        next(nudged.parameters()).view(-1)[0] += 1e-6
+    for changed in (stepped, nudged):
+        probe = CorpusIndex._encode_probe(changed)
+        assert float(probe @ CorpusIndex._encode_probe(tiny_model)) > SAME_MODEL_COSINE  # the probe cannot tell
+        with pytest.raises(ValueError, match=r"built by another model .*Rebuild it with this model: pass --overwrite"):
+            CorpusIndex.load(folder, changed)
+
+
+def test_an_index_without_the_weights_fingerprint_is_refused(tiny_model, tmp_path):
+    import json
+
+    folder = CorpusIndex.build(tiny_model, DOCS).save(tmp_path / "index")
+    meta = json.loads((folder / "index.json").read_text())
+    del meta["model_weights"]  # as an earlier version saved it
+    (folder / "index.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="records no fingerprint of the weights .*--overwrite"):
+        CorpusIndex.load(folder, copy.deepcopy(tiny_model))
