@@ -208,8 +208,8 @@ def memory_budget_paragraph(results: Results) -> str:
         if row["test"]:
             label = MEMORY_BUDGET_LABELS.get(name, f"`{name}`")
             parts.append(f"{label} {fmt(row['test']['ndcg_at_10'], seeds=True)}" + (f" ({cost(name)})" if cost(name) else ""))
-    text = (f"- **Memory budget** (SciFact test nDCG@10, micro-batch 8, 64 rows an optimizer step, each at its dev-chosen "
-            f"learning rate; untrained {fmt(block['untrained']['test']['ndcg_at_10'])}): " + "; ".join(parts) + ".")
+    text = (f"- **Memory budget** (SciFact test nDCG@10, micro-batch 8, 64 rows an optimizer step, each at the learning "
+            f"rate its dev runs so far chose; untrained {fmt(block['untrained']['test']['ndcg_at_10'])}): " + "; ".join(parts) + ".")
     diff = verdict.get("ours_minus_baseline")
     if verdict.get("pending") or not diff or len(diff["seeds"]) < 3:
         return text + f" The grid is still running ({block['missing_runs']} runs of its plan to go); no verdict yet."
