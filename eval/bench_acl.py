@@ -19,6 +19,20 @@ chosen configuration's seeds):
   Audit time is measured and reported apart from training time.
 - A short timing block (``cost``) measures the seconds per step of CE, ACL-Embed, the ACL-Grad
   variants and the encoded label head, interleaved step by step on the same batches.
+- Batch order: the ``full`` and ``10-shot`` regimes ran on sentence-transformers' ``group_by_label``
+  order (kept for them: their runs are logged); ``full16k`` on the package's ``acl`` order,
+  :class:`~contrastive_bert.losses.acl_embed.ClassMixedBatchSampler` (every class all epoch long; the
+  ``group_by_label`` order ends each epoch with the two largest classes only, issue 38).
+
+Regime ``full16k`` (issue 38: the 3,000-row sample's choice did not carry over to all of train): emotion
+on all 16,000 training rows, 3 epochs (~1,500 steps, ~20 min a run on 2 CPU cores). CE, CE + SupCon,
+ACL-Embed and ACL-Embed with encoded names, each at the (lambda, tau) the sample chose, try two rate
+settings on dev at seed 0: the sample's (encoder 2e-4, head 5e-3) and a lower one (5e-5, head 1e-3;
+an encoded head has no parameters, so only the encoder's rate varies for it). Seeds 1-2 run only for the
+better of CE / CE + SupCon on dev and the better ACL row on dev (``Grid.select``). One more run, the
+encoded method at the sample's setting in the old ``group_by_label`` order (seed 0), measures the batch
+order's effect. Every run also scores a logistic regression on its own trained embeddings (``probe``):
+how far the label head falls behind a linear probe of the same encoder.
 
 Resumable (``contrastive_bert.benchmarking.RunLog``): every finished run is one line of the run
 log (``acl_quality_runs.jsonl``) and is skipped on restart; ``acl_quality.json`` (the shared result shape:
@@ -58,18 +72,22 @@ from contrastive_bert.benchmarking import (
     write_results,
 )
 from contrastive_bert.benchmarking.protocol import Grid, Method, Run, paired_difference
+from contrastive_bert.benchmarking.results import mean_std
 from contrastive_bert.inference.general_ability import general_ability, summarize_general
 
 logger = logging.getLogger("bench_acl")
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DATASETS = ("banking77", "emotion", "sst2")
-REGIMES = ("full", "10-shot")
+REGIMES = ("full", "10-shot", "full16k")
+REGIME_DATASETS = {"full": DATASETS, "10-shot": DATASETS, "full16k": ("emotion",)}
 TRAINED_METHODS = ("ce", "supcon", "acl_embed", "acl_embed_encoded", "acl_embed_grad")
 # acl_embed_encoded: ACL-Embed whose label rows are the encoder's embeddings of the label names
-ENCODED_LABELS = {"acl_embed_encoded": "acl_embed"}  # bench method -> package method (+ label_embedding="encoded")
+ORDER_DIAGNOSTIC = "acl_embed_encoded_group_by_label"  # full16k: the encoded method in the old batch order, seed 0
+ENCODED_LABELS = {"acl_embed_encoded": "acl_embed", ORDER_DIAGNOSTIC: "acl_embed"}  # bench method -> package method (+ label_embedding="encoded")
 GRAD_SEEDS_IF_GATED_OVER = 0.05  # ACL-Grad: one run at ACL-Embed's choice; all seeds only if it gates > 5% of steps
 SEEDS = {"full": [0, 1, 2], "10-shot": [0, 1, 2, 3, 4]}
+REGIME_SEEDS = {**SEEDS, "full16k": [0, 1, 2]}
 TRAIN_SAMPLES = {"banking77": None, "emotion": 3000, "sst2": 3000}  # budget: 2 shared CPU cores, ~8 h in all
 MAX_SEQ_LENGTH = {"banking77": 32, "emotion": 48, "sst2": 48}
 SHOTS = 10
@@ -79,14 +97,20 @@ BATCH_SIZE = 32
 HEAD_LEARNING_RATE = 5e-3
 LEARNING_RATES = {"full": [1e-4, 2e-4], "10-shot": [1e-4, 2e-4, 5e-4]}
 CONTRASTIVE = {"full": [(0.1, 0.3), (0.5, 0.1)], "10-shot": [(0.1, 0.3), (0.5, 0.1), (1.0, 0.1)]}  # (lambda, tau)
+# full16k: each method at the (lambda, tau) the 3,000-row sample chose (emotion/full), two rate settings on dev
+FULL16K_PAIRS = {"supcon": (0.1, 0.3), "acl_embed": (0.5, 0.1), "acl_embed_encoded": (0.5, 0.1)}
+FULL16K_RATES = ({"learning_rate": 2e-4, "head_learning_rate": 5e-3}, {"learning_rate": 5e-5, "head_learning_rate": 1e-3})
+# the batch order of each regime's runs (see the module doc); runs that name their own keep it (spec["batch_order"])
+BATCH_ORDER = {"full": "group_by_label", "10-shot": "group_by_label", "full16k": "class_mixed"}
+PROBE_REGIMES = ("full16k",)  # runs that also score a logistic regression on their own trained embeddings
 ANGLE_THRESHOLD = 90.0
 AUDIT_EVERY = 20
 LOG_ANGLE_EVERY = 10
-# Run order, most informative per CPU hour first: ACL-Grad's cost (short), emotion full (3,000 rows, a
-# complete verdict in ~2 h), Banking77 full (~8 min a run), SST-2 full (3,000 rows, ~1 h), then the 10-shot
-# rows (done but the encoded label head).
-BLOCKS = [("cost", "cost"), ("emotion", "full"), ("banking77", "full"), ("sst2", "full"), ("banking77", "10-shot"),
-          ("emotion", "10-shot")]
+# Run order: emotion on all 16,000 rows first (issue 38; 12 runs of ~20 min and a logistic regression), then
+# the blocks already done: ACL-Grad's cost (short), emotion full (3,000 rows), Banking77 full (~8 min a run),
+# SST-2 full (3,000 rows), the 10-shot rows.
+BLOCKS = [("emotion", "full16k"), ("cost", "cost"), ("emotion", "full"), ("banking77", "full"), ("sst2", "full"),
+          ("banking77", "10-shot"), ("emotion", "10-shot")]
 COST_VARIANTS = {  # ACLEmbedLoss options, lambda 0.5, tau 0.1
     "ce": {"mode": "ce", "gradient_gating": False},
     "acl_embed": {"gradient_gating": False},
@@ -102,7 +126,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_common_arguments(parser, output=RESULTS / "acl_quality.json", run_log=RESULTS / "acl_quality_runs.jsonl",
                          methods=[f"{d}:{r}" for d, r in BLOCKS] + [f"{d}:{r}" for d in DATASETS for r in REGIMES
-                                                                   if (d, r) not in BLOCKS])
+                                                                   if d in REGIME_DATASETS[r] and (d, r) not in BLOCKS])
     parser.add_argument("--max-runs", type=int, default=None, help="stop after this many new runs")
     parser.add_argument("--plan", action="store_true", help="print the next runs and exit")
     return parser.parse_args(argv)
@@ -115,7 +139,12 @@ def _subsample(split, n: int | None, seed: int = 0):
     return split if n is None or len(split) <= n else split.shuffle(seed=seed).select(range(n))
 
 
-def load_splits(name: str, data_dir: str | None, eval_rows: int | None = None) -> dict:
+def train_samples(name: str, regime: str) -> int | None:
+    """The training rows a regime samples from a data set's train split (None: all of it)."""
+    return None if regime == "full16k" else TRAIN_SAMPLES[name]
+
+
+def load_splits(name: str, data_dir: str | None, eval_rows: int | None = None, regime: str = "full") -> dict:
     """train / dev / test (``text``, ``label``) and the label names of one data set, per the protocol
     (dev: the data set's ``validation`` split, carved from train by the package's rule if it has none)."""
     from contrastive_bert.data import load_dataset
@@ -123,7 +152,7 @@ def load_splits(name: str, data_dir: str | None, eval_rows: int | None = None) -
     data = load_dataset(name, data_dir=data_dir)
     names = list(data["train"].features["label"].names)
     train, dev = data["train"], data["validation"]
-    train = _subsample(train, TRAIN_SAMPLES[name])
+    train = _subsample(train, train_samples(name, regime))
     cols = ["text", "label"]
     dev, test = _subsample(dev, eval_rows), _subsample(data["test"], eval_rows)
     return {"train": train.select_columns(cols), "dev": dev.select_columns(cols), "test": test.select_columns(cols), "names": names}
@@ -145,9 +174,12 @@ def train_rows(splits: dict, regime: str, seed: int):
 # --------------------------------------------------------------------------- runs
 
 
+KEY_EXTRAS = ("head_learning_rate", "batch_order")  # in the key only where the spec has them (full16k), so older keys stay
+
+
 def run_key(spec: dict) -> str:
     fields = ("dataset", "regime", "method", "learning_rate", "contrastive_weight", "temperature", "seed", "variant", "round")
-    return stable_key({k: spec.get(k) for k in fields})
+    return stable_key({**{k: spec.get(k) for k in fields}, **{k: spec[k] for k in KEY_EXTRAS if k in spec}})
 
 
 def _scores(gold: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
@@ -184,7 +216,7 @@ def loss_options(spec: dict) -> dict:
         options.update(contrastive_weight=spec["contrastive_weight"], temperature=spec["temperature"])
     if spec["method"] == "acl_embed_grad":
         options.update(angle_threshold=ANGLE_THRESHOLD, angle_parameters="head_last_layer", angle_audit_every=AUDIT_EVERY)
-    elif spec["method"] in ("supcon", "acl_embed", "acl_embed_encoded"):  # log the angle; threshold 180 never gates a finite angle
+    elif spec["method"] in ("supcon", "acl_embed", *ENCODED_LABELS):  # log the angle; threshold 180 never gates a finite angle
         options.update(gradient_gating=True, angle_threshold=180.0, angle_parameters="head_last_layer",
                        angle_every=LOG_ANGLE_EVERY, angle_audit_every=AUDIT_EVERY // LOG_ANGLE_EVERY)
     if spec["method"] in ENCODED_LABELS:
@@ -245,24 +277,52 @@ def cost_run(spec: dict, splits: dict, args) -> dict:
     }
 
 
+def batch_sampler(order: str):
+    """The trainer's ``batch_sampler`` of a batch order: sentence-transformers' ``group_by_label`` or the
+    package's :class:`~contrastive_bert.losses.acl_embed.ClassMixedBatchSampler` (``class_mixed``)."""
+    if order == "group_by_label":
+        return "group_by_label"
+    if order == "class_mixed":
+        from contrastive_bert.losses.acl_embed import ClassMixedBatchSampler
+
+        return ClassMixedBatchSampler
+    raise ValueError(f"batch_order: expected group_by_label or class_mixed, got {order!r}")
+
+
+def probe_scores(model, train, splits: dict, embeddings: dict, args, seed: int) -> dict:
+    """Logistic regression on the trained model's own embeddings (train rows capped like the evaluation
+    rows in a smoke test): what a linear probe of the same encoder reaches, next to its label head."""
+    from contrastive_bert.evaluation.classification import classification_scores
+
+    train = _subsample(train, args.eval_rows)
+    encoded = model.encode(list(train["text"]), batch_size=128, show_progress_bar=False)
+    scores = {}
+    for split in ("dev", "test"):
+        result = classification_scores(encoded, np.asarray(train["label"]), embeddings[split], np.asarray(splits[split]["label"]), seed=seed)
+        scores[split] = {"accuracy": result["accuracy"], "macro_f1": result["f1_macro"]}
+    return scores
+
+
 def train_run(spec: dict, splits: dict, args) -> dict:
     """Train one model and score it on dev and test; returns the run-log record."""
     from contrastive_bert.heads.label_embedding import find_label_head
     from contrastive_bert.models import load_model
-    from contrastive_bert.training.acl import train_label_classifier
+    from contrastive_bert.training.acl import acl_loss_for_method
     from contrastive_bert.training.recipe import TrainingRecipe
+    from contrastive_bert.training.runner import fit
     from contrastive_bert.training.step_timer import StepTimer
 
     train = train_rows(splits, spec["regime"], spec["seed"])
     steps_per_epoch = max(1, len(train) // BATCH_SIZE)
-    epochs = EPOCHS_FULL if spec["regime"] == "full" else max(3, math.ceil(MIN_STEPS_FEW_SHOT / steps_per_epoch))
+    epochs = EPOCHS_FULL if spec["regime"] != "10-shot" else max(3, math.ceil(MIN_STEPS_FEW_SHOT / steps_per_epoch))
+    order = spec.get("batch_order", BATCH_ORDER[spec["regime"]])
     caps = [n for n in (spec.get("max_steps"), args.max_steps) if n]
     max_steps = min(caps) if caps else -1
     torch.manual_seed(spec["seed"])
     model = load_model("default", device=args.device)
     recipe = TrainingRecipe(
         datasets=[spec["dataset"]], epochs=epochs, max_steps=max_steps, batch_size=BATCH_SIZE,
-        learning_rate=spec["learning_rate"], head_learning_rate=HEAD_LEARNING_RATE, seed=spec["seed"],
+        learning_rate=spec["learning_rate"], head_learning_rate=spec.get("head_learning_rate", HEAD_LEARNING_RATE), seed=spec["seed"],
         max_seq_length=MAX_SEQ_LENGTH[spec["dataset"]], logging_steps=50, save_steps=10**6, eval_steps=10**6,
         dev_task=None, eval_tasks=[],
     )
@@ -270,20 +330,26 @@ def train_run(spec: dict, splits: dict, args) -> dict:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as output_dir:
         method = ENCODED_LABELS.get(spec["method"], spec["method"])
-        trainer, loss = train_label_classifier(model, train, splits["names"], method, recipe, output_dir,
-                                               callbacks=[timer], **loss_options(spec))
+        # training.acl.train_label_classifier with the regime's batch order: the registry's acl loss, fit()
+        loss = acl_loss_for_method(model, splits["names"], method, train, **loss_options(spec))
+        trainer = fit(model, train, loss, recipe, output_dir, callbacks=[timer], batch_sampler=batch_sampler(order))
     seconds = time.perf_counter() - start
     head = find_label_head(model)
     record = {**spec, "key": run_key(spec), "train_rows": len(train), "epochs": epochs, "steps": trainer.state.global_step,
+              "batch_order": order,
               "train_seconds": seconds - loss.audit_seconds, "audit_seconds": loss.audit_seconds,
               "step_seconds_median": statistics.median(timer.durations) if timer.durations else None,
               "single_class_batches": loss.single_class_batches, **angle_stats(loss.angle_history)}
+    embedded = {}
     for split in ("dev", "test"):
         texts, gold = list(splits[split]["text"]), np.asarray(splits[split]["label"])
         with torch.no_grad():
             embeddings = model.encode(texts, batch_size=128, convert_to_tensor=True, show_progress_bar=False)
             predicted = head.logits(embeddings.to(head.weight.device).float()).argmax(dim=1).cpu().numpy()
         record[split] = _scores(gold, predicted)
+        embedded[split] = embeddings.float().cpu().numpy()
+    if spec["regime"] in PROBE_REGIMES:
+        record["probe"] = probe_scores(model, train, splits, embedded, args, spec["seed"])
     record["general"] = general_ability(model, args.data_dir, max_rows=args.eval_rows)  # did the classifier cost the encoder?
     return record
 
@@ -296,6 +362,8 @@ def logreg_run(spec: dict, splits: dict, args) -> dict:
     model = load_model("default", device=args.device)
     model.max_seq_length = MAX_SEQ_LENGTH[spec["dataset"]]
     train = train_rows(splits, spec["regime"], spec["seed"])
+    if args.dry_run:  # a smoke test: as few training rows as evaluation rows
+        train = _subsample(train, args.eval_rows)
     start = time.perf_counter()
     frozen = splits.setdefault("frozen", {})  # dev/test embeddings of the untrained model, shared by the seeds
     for split in ("dev", "test"):
@@ -316,12 +384,47 @@ LOGREG = "LogisticRegression(max_iter=1000) on frozen embeddings"
 # every method's seed-0 choice first (a one-seed verdict early), then the seeds
 ORDER = [("dev", "ce"), ("dev", "acl_embed"), ("dev", "supcon"), ("dev", "acl_embed_encoded"), ("final", "acl_embed_grad"),
          ("final", "ce"), ("final", "acl_embed"), ("final", "supcon"), ("final", "acl_embed_encoded")]
+# full16k: the encoded method (the recipe's) and its old-order twin first (the batch order's effect after ~1 h),
+# then the other dev runs, then the seeds of the two rows the dev scores pick
+ORDER_FULL16K = [("dev", "acl_embed_encoded"), ("final", ORDER_DIAGNOSTIC), ("dev", "ce"), ("dev", "acl_embed"), ("dev", "supcon"),
+                 ("final", "ce"), ("final", "supcon"), ("final", "acl_embed"), ("final", "acl_embed_encoded")]
+
+
+def pick_full16k(scores: dict[str, float]) -> list[str]:
+    """full16k's rows with seeds 1-2: the better of CE / CE + SupCon on dev and the better ACL row on dev
+    (``scores``: each method's dev score at its chosen configuration, seed 0; first on ties)."""
+    from contrastive_bert.benchmarking.protocol import choose_on_dev
+
+    return [choose_on_dev({m: scores[m] for m in ("ce", "supcon")}),
+            choose_on_dev({m: scores[m] for m in ("acl_embed", "acl_embed_encoded")})]
+
+
+def methods_full16k() -> list[Method]:
+    """emotion on all of train: every method at the sample's (lambda, tau), two rate settings each (an encoded
+    head has no parameters: its two settings differ in the encoder's rate alone); the old-order twin of the
+    encoded method at the sample's setting, one seed."""
+    def at(name: str, rates) -> tuple[dict, ...]:
+        weight, temperature = FULL16K_PAIRS[name]
+        return tuple({**rate, "contrastive_weight": weight, "temperature": temperature} for rate in rates)
+
+    encoder_rates = tuple({"learning_rate": rate["learning_rate"]} for rate in FULL16K_RATES)
+    return [Method("logreg", seeds=(0,), fields={"classifier": LOGREG}),
+            Method("ce", "acl", FULL16K_RATES),
+            Method("supcon", "acl", at("supcon", FULL16K_RATES)),
+            Method("acl_embed", "acl", at("acl_embed", FULL16K_RATES)),
+            Method("acl_embed_encoded", "acl", at("acl_embed_encoded", encoder_rates)),
+            Method(ORDER_DIAGNOSTIC, "acl", at("acl_embed_encoded", encoder_rates[:1]), options={"batch_order": "group_by_label"},
+                   seeds=(0,), fields={"note": "acl_embed_encoded at the sample's setting in sentence-transformers' group_by_label "
+                                               "batch order (the order before the fix), seed 0: the batch order's effect"})]
 
 
 def methods(regime: str) -> list[Method]:
     """The rows of a regime: logistic regression on frozen embeddings (deterministic on the full train
     set: one seed), CE choosing the learning rate, SupCon and the ACL-Embed variants choosing
-    (lambda, tau) at CE's rate, ACL-Grad at ACL-Embed's choice (its other seeds only if it gates)."""
+    (lambda, tau) at CE's rate, ACL-Grad at ACL-Embed's choice (its other seeds only if it gates);
+    ``full16k``: :func:`methods_full16k`."""
+    if regime == "full16k":
+        return methods_full16k()
     pairs = tuple({"contrastive_weight": w, "temperature": t} for w, t in CONTRASTIVE[regime])
     return [Method("logreg", seeds=(0,) if regime == "full" else None, fields={"classifier": LOGREG}),
             Method("ce", "acl", tuple({"learning_rate": lr} for lr in LEARNING_RATES[regime])),
@@ -333,8 +436,9 @@ def methods(regime: str) -> list[Method]:
 @functools.cache
 def grid(regime: str) -> Grid:
     """The regime's grid over the data sets; a run's key is its spec's (as logged before the shared protocol)."""
-    return Grid(methods(regime), DATASETS, SEEDS[regime], key=lambda run: run_key(spec_of(run, regime)),
-                dev_score=lambda record: record["dev"]["accuracy"])
+    return Grid(methods(regime), REGIME_DATASETS[regime], REGIME_SEEDS[regime], key=lambda run: run_key(spec_of(run, regime)),
+                dev_score=lambda record: record["dev"]["accuracy"],
+                select={"emotion": pick_full16k} if regime == "full16k" else {})
 
 
 def spec_of(run: Run, regime: str) -> dict:
@@ -351,7 +455,7 @@ def plan_block(dataset: str, regime: str, runs: dict[str, dict]) -> Iterator[dic
         return
     g = grid(regime)
     todo = g.final_runs(runs, dataset, g.method("logreg"), 0)
-    for phase, name in ORDER:
+    for phase, name in (ORDER_FULL16K if regime == "full16k" else ORDER):
         method = g.method(name)
         config = g.chosen(runs, dataset, method)
         todo += g.dev_runs(dataset, method, runs) if phase == "dev" or config is None else g.final_runs(runs, dataset, method, config)
@@ -382,11 +486,25 @@ def _angles(records: list[dict]) -> dict:
     return {name: statistics.fmean(v) if v else None for name, v in values.items()}
 
 
+def _probe(records: list[dict]) -> dict:
+    """The linear probe of each run's own embeddings (runs that scored one): its test accuracy and the label
+    head's minus it, mean/std over the seeds; nothing for runs without a probe."""
+    pairs = [(r["test"]["accuracy"], r["probe"]["test"]["accuracy"]) for r in records if r.get("probe")]
+    if not pairs:
+        return {}
+    return {"probe_test_accuracy": mean_std([p for _, p in pairs]), "head_minus_probe": mean_std([h - p for h, p in pairs]),
+            "probe_dev_accuracy": next(r["probe"]["dev"]["accuracy"] for r in records if r.get("probe"))}
+
+
+def _fields(records: list[dict]) -> dict:
+    return {**_angles(records), **_probe(records)}
+
+
 def entries(runs: dict[str, dict], dataset: str, regime: str) -> dict:
     """``method -> entry`` (the shared result shape) of one data set and regime."""
     g = grid(regime)
     scoring = {"test": lambda r: {m: r["test"][m] for m in ("accuracy", "macro_f1")}, "dev": lambda r: r["dev"],
-               "general": lambda records: summarize_general([r.get("general") for r in records]), "cost": _cost, "fields": _angles}
+               "general": lambda records: summarize_general([r.get("general") for r in records]), "cost": _cost, "fields": _fields}
     return {m.name: e for m in g.methods if (e := g.entry(runs, dataset, m, **scoring)) is not None}
 
 
@@ -395,10 +513,14 @@ def build_summary(log: list[dict], args) -> tuple[dict, dict]:
     from the run log (partial results allowed), and the protocol and ACL-Grad's cost (written next to it)."""
     log = [r for r in log if not r.get("dry_run")]  # dry runs: numbers meaningless
     runs = {r["key"]: r for r in log}
-    settings = {f"{d}/{r}": block for d in DATASETS for r in REGIMES if (block := entries(runs, d, r))}
+    settings = {f"{d}/{r}": block for d in DATASETS for r in REGIMES if d in REGIME_DATASETS[r] and (block := entries(runs, d, r))}
     summary = {"settings": settings, "comparisons": {s: verdict(block, s.split("/")[1]) for s, block in settings.items()}}
+    for setting, comparison in summary["comparisons"].items():
+        if setting.endswith("/full16k"):  # the rows the dev scores pick for seeds 1-2 (None until every choice is made)
+            comparison["picked_for_seeds"] = grid("full16k").selected(runs, setting.split("/")[0])
+            comparison["batch_order_effect"] = batch_order_effect(runs, setting.split("/")[0])
     cost = [r for r in log if r["regime"] == "cost"]
-    return summary, {
+    protocol = {
         "acl_grad_cost": _cost_summary(cost),
         "protocol": {
             "model": "default (all-MiniLM-L6-v2) + label-embedding head (cosine logits x 20)",
@@ -423,6 +545,37 @@ def build_summary(log: list[dict], args) -> tuple[dict, dict]:
             "max_steps_cap": args.max_steps, "eval_rows_cap": args.eval_rows,
         },
     }
+    if any(r["regime"] == "full16k" for r in log):  # described once it has runs (the files stay as they were before)
+        protocol["protocol"]["full16k"] = {
+            "train_rows": "all of emotion's train (16,000 rows)", "epochs": EPOCHS_FULL, "seeds": REGIME_SEEDS["full16k"],
+            "lambda_tau": {m: list(pair) for m, pair in FULL16K_PAIRS.items()},
+            "rates_on_dev": [dict(rate) for rate in FULL16K_RATES],
+            "encoded_head_rate": "an encoded head has no parameters (its rows are a buffer re-encoded by the encoder): only the encoder's rate varies",
+            "selection": "each method picks its rates on dev (seed 0); seeds 1-2 for the better of CE / CE + SupCon on dev and the better ACL row on dev",
+            "batch_order": "the package's acl order (ClassMixedBatchSampler); the full and 10-shot regimes used group_by_label",
+            "order_diagnostic": f"{ORDER_DIAGNOSTIC}: acl_embed_encoded at the sample's setting in the group_by_label order, seed 0",
+            "probe": "every run: logistic regression on its own trained embeddings of train, scored on dev and test",
+        }
+    return summary, protocol
+
+
+def batch_order_effect(runs: dict[str, dict], dataset: str) -> dict | None:
+    """full16k: the encoded method at the sample's setting (encoder 2e-4, lambda 0.5, tau 0.1), seed 0, in the
+    package's class-mixed order minus the same run in the group_by_label order (one seed: indicative)."""
+    g = grid("full16k")
+    twin = g.method(ORDER_DIAGNOSTIC)
+    specs = {"class_mixed": {"dataset": dataset, "regime": "full16k", "method": "acl_embed_encoded", "seed": 0,
+                             **g.method("acl_embed_encoded").config(0)},
+             "group_by_label": {"dataset": dataset, "regime": "full16k", "method": ORDER_DIAGNOSTIC, "seed": 0, **twin.config(0)}}
+    records = {order: runs.get(run_key(spec)) for order, spec in specs.items()}
+    if any(r is None for r in records.values()):
+        return None
+    scores = {order: {"dev": r["dev"]["accuracy"], "test": r["test"]["accuracy"], "test_macro_f1": r["test"]["macro_f1"],
+                      **({"probe_test": r["probe"]["test"]["accuracy"]} if r.get("probe") else {})} for order, r in records.items()}
+    return {"options": {k: v for k, v in specs["group_by_label"].items() if k not in ("dataset", "regime", "method", "seed", "batch_order")},
+            "seed": 0, **scores,
+            "test_difference": scores["class_mixed"]["test"] - scores["group_by_label"]["test"],
+            "dev_difference": scores["class_mixed"]["dev"] - scores["group_by_label"]["dev"]}
 
 
 ACL_VARIANTS = ("acl_embed", "acl_embed_encoded", "acl_embed_grad")
@@ -431,16 +584,26 @@ PENDING_WHY = ("not reached yet in the CPU time so far (one process on 2 cores, 
                "GPU bundle's acl_quality block runs it")
 
 
+def trained_methods(regime: str) -> list[str]:
+    """The trained methods a regime's verdict weighs (in ``TRAINED_METHODS`` order; not the order diagnostic)."""
+    return [m for m in TRAINED_METHODS if m in grid(regime).by_name]
+
+
 def verdict(entry: dict, regime: str) -> dict:
     """Which trained method is best on test (each tuned on dev, all of the regime's seeds run), which one
     dev alone would pick (``best_on_dev``), its paired margins over CE and SupCon, and the best ACL
     variant against SupCon; ``pending`` names the
     methods whose seeds are not all in yet (a verdict with pending methods is provisional)."""
-    complete = {m: e for m, e in entry.items() if m in TRAINED_METHODS and len(e.get("seeds", [])) == len(SEEDS[regime])}
-    pending = {m: f"{len(e.get('seeds', []))} of {len(e.get('seeds_planned', SEEDS[regime]))} seeds"
-               for m, e in entry.items() if m in TRAINED_METHODS and m not in complete and e.get("seeds") != e.get("seeds_planned")}
-    pending.update({m: "not run" for m in TRAINED_METHODS if m not in entry})
-    result: dict = {"methods_complete": sorted(complete), "pending": pending, "seeds": SEEDS[regime]}
+    trained, seeds = trained_methods(regime), REGIME_SEEDS[regime]
+    complete = {m: e for m, e in entry.items() if m in trained and len(e.get("seeds", [])) == len(seeds)}
+    pending = {m: f"{len(e.get('seeds', []))} of {len(e.get('seeds_planned', seeds))} seeds"
+               for m, e in entry.items() if m in trained and m not in complete and e.get("seeds") != e.get("seeds_planned")}
+    # a method whose seeds wait on a pick (full16k) is pending while its own dev runs are not all in
+    pending.update({m: f"{tried} of {planned} configurations on dev" for m, e in entry.items()
+                    if m in trained and m not in complete and m not in pending
+                    and (tried := e.get("chosen_on_dev", {}).get("configs_tried", 0)) < (planned := e.get("chosen_on_dev", {}).get("configs_planned", 0))})
+    pending.update({m: "not run" for m in trained if m not in entry})
+    result: dict = {"methods_complete": sorted(complete), "pending": pending, "seeds": seeds}
     if pending:
         result["pending_why"] = PENDING_WHY
     if not complete:
@@ -554,7 +717,7 @@ def main(argv=None) -> int:
                 if run_key(spec) not in runs:
                     print(json.dumps(spec))
         return 0
-    splits_cache: dict[str, dict] = {}
+    splits_cache: dict[tuple[str, int | None], dict] = {}  # (data set, training rows sampled) -> splits
     done = 0
     while args.max_runs is None or done < args.max_runs:
         runs = run_log.of_mode(args.dry_run)
@@ -565,12 +728,13 @@ def main(argv=None) -> int:
         kind = f"{spec['dataset']}:{spec['regime']}"
         if not budget.allows(kind):
             break
-        if spec["dataset"] not in splits_cache:
-            splits_cache[spec["dataset"]] = load_splits(spec["dataset"], args.data_dir, args.eval_rows)
+        cache_key = (spec["dataset"], train_samples(spec["dataset"], spec["regime"]))
+        if cache_key not in splits_cache:
+            splits_cache[cache_key] = load_splits(spec["dataset"], args.data_dir, args.eval_rows, regime=spec["regime"])
         logger.info("run %s", run_key(spec))
         runner = {"logreg": logreg_run, "interleaved": cost_run}.get(spec["method"], train_run)
         with budget.timed(kind):
-            record = runner(spec, splits_cache[spec["dataset"]], args)
+            record = runner(spec, splits_cache[cache_key], args)
         record.update(max_steps_cap=args.max_steps, eval_rows_cap=args.eval_rows, dry_run=args.dry_run)
         record = run_log.append(record.pop("key"), json_safe(record))  # nan -> null
         done += 1

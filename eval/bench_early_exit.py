@@ -474,6 +474,7 @@ def run_adaptive(name: str, args: argparse.Namespace, rows: dict) -> dict:
         model.max_seq_length = stage1.max_seq_length
         loss = adaptive_layer_baseline(model, dataset_label_names(train), **options)
         start = time.perf_counter()
+        # the batch order its logged runs used (group_by_label); the recipes now draw ClassMixedBatchSampler's
         fit(model, train, loss, stage1, str(folder / CHECKPOINTS), batch_sampler="group_by_label",
             resume_from_checkpoint=last_checkpoint(folder / CHECKPOINTS))
         seconds = time.perf_counter() - start

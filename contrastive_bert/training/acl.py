@@ -49,7 +49,8 @@ def train_label_classifier(
 ):
     """Train ``model`` (a label head is appended) on ``train_dataset`` (``text``, ``label``) with
     ``method`` via :func:`contrastive_bert.training.runner.fit` and the registry ``acl`` entry's
-    batches (several classes with several samples each, ``group_by_label``). Returns ``(trainer, loss)``."""
+    batches (several classes with several samples each, every class all epoch long: the registry's
+    :class:`~contrastive_bert.losses.acl_embed.ClassMixedBatchSampler`). Returns ``(trainer, loss)``."""
     from contrastive_bert.training.losses_registry import get_loss_entry
     from contrastive_bert.training.runner import fit
 

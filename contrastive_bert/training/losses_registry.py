@@ -78,7 +78,7 @@ class LossEntry:
     name: str
     data_format: str
     make: Builder
-    batch_sampler: str = "batch_sampler"  # a sentence_transformers BatchSamplers value
+    batch_sampler: str | Callable[..., Any] = "batch_sampler"  # a sentence_transformers BatchSamplers value, or a sampler factory
     description: str = ""
     options_from: tuple[str, ...] = ()
     extra_options: tuple[str, ...] = ()
@@ -324,13 +324,22 @@ register_loss(LossEntry("queue_cosent", "scored_pairs", _queue_cosent, "batch_sa
                         options_from=("contrastive_bert.losses.queue_cosent:QueueCoSENTLoss",)))
 
 
+def class_mixed_batches(dataset, **kwargs):
+    """The ``acl`` loss's batches (a sentence-transformers ``batch_sampler`` callable):
+    :class:`~contrastive_bert.losses.acl_embed.ClassMixedBatchSampler`, every class all epoch long
+    (``group_by_label`` ends each epoch with the largest classes only; issue 38)."""
+    from contrastive_bert.losses.acl_embed import ClassMixedBatchSampler
+
+    return ClassMixedBatchSampler(dataset, **kwargs)
+
+
 def _acl(model, train_dataset, options, batch_size):
     from contrastive_bert.losses.acl_embed import build_acl_loss
 
     return build_acl_loss(model, train_dataset, **options)
 
 
-register_loss(LossEntry("acl", "labelled", _acl, "group_by_label", "CE + lambda x label-anchored SupCon with ACL-Grad gating; head saved with the model (loss_options: temperature, contrastive_weight, gradient_gating, angle_threshold, mode=acl|supcon|ce, label_embedding=free|encoded, label_template, angle_parameters=all|head_last_layer, angle_every, ...)",
+register_loss(LossEntry("acl", "labelled", _acl, class_mixed_batches, "CE + lambda x label-anchored SupCon with ACL-Grad gating; head saved with the model (loss_options: temperature, contrastive_weight, gradient_gating, angle_threshold, mode=acl|supcon|ce, label_embedding=free|encoded, label_template, angle_parameters=all|head_last_layer, angle_every, ...)",
                         options_from=("contrastive_bert.losses.acl_embed:build_acl_loss", "contrastive_bert.losses.acl_embed:ACLEmbedLoss")))
 
 
@@ -340,5 +349,5 @@ def _cross_layer(model, train_dataset, options, batch_size):
     return build_cross_layer_loss(model, train_dataset, **options)
 
 
-register_loss(LossEntry("cross_layer", "labelled", _cross_layer, "group_by_label", "exit heads on intermediate layers trained by CE + ACL-CL / logit KD towards the final classifier, backbone frozen by default (loss_options: method=acl_cl|kd|ce, exit_layers, exit_head=linear|mha, head_dim, temperature, weight, freeze_backbone)",
+register_loss(LossEntry("cross_layer", "labelled", _cross_layer, class_mixed_batches, "exit heads on intermediate layers trained by CE + ACL-CL / logit KD towards the final classifier, backbone frozen by default (loss_options: method=acl_cl|kd|ce, exit_layers, exit_head=linear|mha, head_dim, temperature, weight, freeze_backbone)",
                         options_from=("contrastive_bert.losses.cross_layer:CrossLayerLoss",)))

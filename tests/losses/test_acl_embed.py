@@ -314,12 +314,14 @@ def test_short_training_lowers_the_loss_and_saves_the_head(tiny_model, tmp_path)
 def test_registry_builds_acl_from_classlabel_names(tiny_model):
     from datasets import ClassLabel, Dataset, Features, Value
 
+    from contrastive_bert.training import losses_registry
     from contrastive_bert.training.losses_registry import get_loss_entry
 
     features = Features({"text": Value("string"), "label": ClassLabel(names=LABELS)})
     dataset = Dataset.from_dict({"text": TEXTS, "label": Y}, features=features)
     entry = get_loss_entry("acl")
-    assert entry.data_format == "labelled" and entry.batch_sampler == "group_by_label"
+    # batches: every class all epoch long (tests/losses/test_acl_batch_order.py)
+    assert entry.data_format == "labelled" and entry.batch_sampler is losses_registry.class_mixed_batches
 
     class Recipe:
         loss_options = {"contrastive_weight": 0.05, "mode": "supcon"}
