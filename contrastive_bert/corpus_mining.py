@@ -12,6 +12,12 @@ Differences from :func:`sentence_transformers.util.mine_hard_negatives`: it excl
 positives present in the pairs it is given; here the qrels of every split are used, so a query's
 other relevant documents (held out of the capped training pairs, or judged in dev/test) are
 never mined as its negatives.
+
+The corpus is encoded once per call, or not at all when its embeddings are passed
+(``corpus_embeddings``) or kept in a folder (``embeddings_dir``: resumable, read back by the next
+call with the same model), and searched through one index built once per call
+(:class:`~contrastive_bert.vector_index.VectorIndex`: exact up to its size threshold, approximate
+above it, with its recall@100 against exact search measured and logged).
 """
 
 from __future__ import annotations
@@ -21,13 +27,17 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
+from pathlib import Path
+
 import datasets
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from contrastive_bert.data.beir import RetrievalData
+from contrastive_bert.embedding_store import CorpusEmbeddings, corpus_fingerprint, encode_corpus, store_folder
 from contrastive_bert.embeddings import encode_normalized
-from contrastive_bert.topk_search import search_topk
+from contrastive_bert.vector_index import DEFAULT_EF_SEARCH, DEFAULT_NPROBE, RecallReport, VectorIndex, check_index_options
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +56,15 @@ class MiningReport:
             similar documents, too few of them scoring at most ``perc_pos`` x the positive's score.
         dropped_small_corpus: pairs whose query has fewer than ``num_negatives`` unjudged
             documents among the ``range_max`` most similar at all.
+        recall: recall@100 of the approximate index against exact search on a sample of the
+            queries; None when the search was exact.
     """
 
     pairs: int
     kept: int
     dropped_near_positive: int
     dropped_small_corpus: int
+    recall: RecallReport | None = None
 
 
 def mine_corpus_negatives(
@@ -67,7 +80,11 @@ def mine_corpus_negatives(
     batch_size: int = 64,
     seed: int = 0,
     backend: Literal["auto", "faiss", "torch"] = "auto",
-    corpus_embeddings: torch.Tensor | None = None,
+    corpus_embeddings: CorpusEmbeddings | torch.Tensor | np.ndarray | None = None,
+    embeddings_dir: str | Path | None = None,
+    index_type: Literal["auto", "flat", "ivf", "hnsw"] = "auto",
+    nprobe: int = DEFAULT_NPROBE,
+    ef_search: int = DEFAULT_EF_SEARCH,
     show_progress_bar: bool = False,
     return_report: bool = False,
 ) -> datasets.Dataset | tuple[datasets.Dataset, MiningReport]:
@@ -79,8 +96,15 @@ def mine_corpus_negatives(
     fewer than ``num_negatives`` candidates after filtering is dropped (logged; with
     ``return_report``, ``(rows, MiningReport)`` says how many and why).
     ``corpus_embeddings``: ``(len(data.corpus), dim)`` unit-norm embeddings in ``data.corpus``
-    order, to reuse an encoding. ``backend``: top-k search (FAISS when installed, else torch).
-    ``show_progress_bar``: bars for encoding (documents, queries) and for the search.
+    order by ``model`` (a :class:`~contrastive_bert.embedding_store.CorpusEmbeddings` is checked
+    to be this corpus's), to reuse an encoding; else ``embeddings_dir``: a folder keeping the
+    corpus's embeddings (:func:`~contrastive_bert.embedding_store.encode_corpus`: an interrupted
+    encoding resumes, a finished one of the same model is read back; another model's is replaced);
+    else the corpus is encoded in memory. ``backend``: top-k search (FAISS when installed, else
+    torch); ``index_type``/``nprobe``/``ef_search``: the index
+    (:class:`~contrastive_bert.vector_index.VectorIndex`; an approximate one has its recall@100
+    logged, in the report's ``recall`` too). ``show_progress_bar``: bars for encoding
+    (documents, queries) and for the search.
     """
     if isinstance(num_negatives, bool) or not isinstance(num_negatives, int) or num_negatives < 1:
         raise ValueError(f"num_negatives: expected a positive integer, got {num_negatives!r}")
@@ -90,15 +114,12 @@ def mine_corpus_negatives(
         raise ValueError(f"perc_pos: expected a number in (0, 1] or None, got {perc_pos!r}")
     if sampling not in ("top", "random"):
         raise ValueError(f"sampling: expected 'top' or 'random', got {sampling!r}")
+    check_index_options(index_type, backend, nprobe, ef_search)  # before the encoding
     qrels = data.split(split)
     doc_ids = list(data.corpus)
     doc_index = {doc: i for i, doc in enumerate(doc_ids)}
-    if corpus_embeddings is None:
-        logger.info("mine: encoding the %d documents of the corpus", len(doc_ids))
-        corpus_embeddings = encode_normalized(model, [data.corpus[d] for d in doc_ids], kind="document", batch_size=batch_size,
-                                              show_progress_bar=show_progress_bar)
-    elif corpus_embeddings.shape[0] != len(doc_ids):
-        raise ValueError(f"corpus_embeddings: expected {len(doc_ids)} rows (one per document), got {corpus_embeddings.shape[0]}")
+    corpus_embeddings = _corpus_rows(model, data, doc_ids, corpus_embeddings, embeddings_dir, batch_size, show_progress_bar)
+    index = VectorIndex(corpus_embeddings, index_type, backend=backend, nprobe=nprobe, ef_search=ef_search)
     query_ids = sorted(qrels)
     logger.info("mine: encoding the %d %s queries", len(query_ids), split)
     query_embeddings = encode_normalized(model, [data.queries[q] for q in query_ids], kind="query", batch_size=batch_size,
@@ -106,10 +127,16 @@ def mine_corpus_negatives(
     excluded = {q: data.relevant(q) for q in query_ids}
     pool = min(len(doc_ids), range_max + max(len(e) for e in excluded.values()))
     chunks = []
-    for start in tqdm(range(0, len(query_ids), SEARCH_CHUNK), desc=f"Searching {len(doc_ids)} documents", unit="chunk",
-                      disable=not show_progress_bar):
-        chunks.append(search_topk(query_embeddings[start : start + SEARCH_CHUNK], corpus_embeddings, pool, backend=backend))
+    searching = f"Searching {len(doc_ids)} documents" + (f" ({index.index_type})" if index.approximate else "")
+    for start in tqdm(range(0, len(query_ids), SEARCH_CHUNK), desc=searching, unit="chunk", disable=not show_progress_bar):
+        chunks.append(index.search(query_embeddings[start : start + SEARCH_CHUNK], pool))
     scores, indices = torch.cat([c[0] for c in chunks]), torch.cat([c[1] for c in chunks])
+    recall = index.measure_recall(query_embeddings)
+    if recall is not None:
+        logger.info("mine: %s", recall.line())
+        if recall.low:
+            logger.warning("mine: %s", recall.warning())
+    corpus_embeddings = index.embeddings  # (N, d) rows for the positives' scores, without a copy
     pairs = data.positive_pairs(split, max_positives_per_query, seed)
     rng = random.Random(seed)
     rows: dict[str, list[str]] = {"anchor": [], "positive": [], **{f"negative_{i + 1}": [] for i in range(num_negatives)}}
@@ -117,7 +144,7 @@ def mine_corpus_negatives(
     row_of = {q: i for i, q in enumerate(query_ids)}
     for query, positive, _ in pairs:
         r = row_of[query]
-        positive_score = float(query_embeddings[r] @ corpus_embeddings[doc_index[positive]])
+        positive_score = float(query_embeddings[r] @ torch.from_numpy(corpus_embeddings[doc_index[positive]]))
         candidates, considered = [], 0
         for score, index in zip(scores[r].tolist(), indices[r].tolist()):
             if index < 0 or doc_ids[index] in excluded[query]:
@@ -138,7 +165,7 @@ def mine_corpus_negatives(
         rows["positive"].append(data.corpus[positive])
         for i, index in enumerate(chosen):
             rows[f"negative_{i + 1}"].append(data.corpus[doc_ids[index]])
-    report = MiningReport(len(pairs), len(rows["anchor"]), near_positive, small_corpus)
+    report = MiningReport(len(pairs), len(rows["anchor"]), near_positive, small_corpus, recall)
     if near_positive or small_corpus:
         logger.info("mine_corpus_negatives: dropped %d of %d pairs with fewer than %d surviving candidates",
                     near_positive + small_corpus, len(pairs), num_negatives)
@@ -147,3 +174,23 @@ def mine_corpus_negatives(
     mined = datasets.Dataset.from_dict(rows)
     return (mined, report) if return_report else mined
 
+
+
+def _corpus_rows(model, data: RetrievalData, doc_ids: list[str], given, embeddings_dir, batch_size: int,
+                 show_progress_bar: bool) -> np.ndarray | torch.Tensor:
+    """(N, d) rows of the corpus in ``doc_ids`` order: ``given`` (checked), or encoded by ``model``
+    (into ``embeddings_dir`` when given)."""
+    texts = [data.corpus[d] for d in doc_ids]
+    if isinstance(given, CorpusEmbeddings):
+        if given.fingerprint != corpus_fingerprint(doc_ids, texts):
+            raise ValueError(f"corpus_embeddings: encode another corpus ({len(given)} documents) than this data set's "
+                             f"({len(doc_ids)})")
+        return given.embeddings
+    if given is not None:
+        if given.ndim != 2 or given.shape[0] != len(doc_ids):
+            raise ValueError(f"corpus_embeddings: expected {len(doc_ids)} rows (one per document), got {tuple(given.shape)}")
+        return given
+    logger.info("mine: encoding the %d documents of the corpus", len(doc_ids))
+    folder = None if embeddings_dir is None else store_folder(embeddings_dir, corpus_fingerprint(doc_ids, texts))
+    return encode_corpus(model, doc_ids, texts, folder=folder, batch_size=batch_size, if_other="replace",
+                         show_progress_bar=show_progress_bar).embeddings

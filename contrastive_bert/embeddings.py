@@ -4,43 +4,20 @@ Every scorer and miner here compares embeddings by cosine, so every caller wants
 float32, L2-normalised, on the CPU, one row per text in the order given. Retrieval encodes queries
 and documents through the model's ``encode_query`` / ``encode_document`` (as mteb does, so that a
 model's query and document prompts apply); evaluation sets that repeat sentences across pairs and
-candidates (STS, classification, answer selection) encode each distinct text once.
+candidates (STS, classification, answer selection) encode each distinct text once. A whole
+corpus is encoded through :func:`contrastive_bert.embedding_store.encode_corpus` (in chunks, kept
+on disk and resumable when given a folder); work that needs one corpus's embeddings twice passes
+them (or that folder) explicitly.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Sequence
 from typing import Literal
 
 import torch
 
-__all__ = ["encode_normalized", "reuse_encodings"]
-
-_MEMO: ContextVar[dict | None] = ContextVar("encode_memo", default=None)
-
-
-@contextmanager
-def reuse_encodings() -> Iterator[None]:
-    """Inside the block, :func:`encode_normalized` encodes the same texts with the same model, kind
-    and batch size once. For work that encodes one corpus twice with a model that does not change
-    in between: training mines hard negatives with the model it then scores before training (the
-    corpus is the expensive part: thousands of documents up to 256 tokens). The caller promises
-    that the model's weights do not change inside the block."""
-    token = _MEMO.set({})
-    try:
-        yield
-    finally:
-        _MEMO.reset(token)
-
-
-def _memo_key(model, texts: list[str], kind: str, unique: bool, batch_size: int) -> tuple:
-    digest = hashlib.sha1()
-    for text in texts:
-        digest.update(text.encode("utf-8") + b"\x00")
-    return id(model), kind, unique, batch_size, len(texts), digest.hexdigest()
+__all__ = ["encode_normalized"]
 
 
 def encode_normalized(
@@ -66,14 +43,7 @@ def encode_normalized(
     if kind not in ("text", "query", "document"):
         raise ValueError(f"kind: expected 'text', 'query' or 'document', got {kind!r}")
     encode = model.encode if kind == "text" else getattr(model, f"encode_{kind}")
-    texts = list(texts)
-    memo = _MEMO.get()
-    if memo is not None:
-        key = _memo_key(model, texts, kind, unique, batch_size)
-        if key not in memo:
-            memo[key] = _encode(encode, texts, unique, batch_size, show_progress_bar)
-        return memo[key].clone()
-    return _encode(encode, texts, unique, batch_size, show_progress_bar)
+    return _encode(encode, list(texts), unique, batch_size, show_progress_bar)
 
 
 def _encode(encode, texts: list[str], unique: bool, batch_size: int, show_progress_bar: bool) -> torch.Tensor:

@@ -21,6 +21,10 @@ alike, ties included.
   optionally not sharing the anchor's label.
 * :class:`HardnessSchedule`: curriculum from easy to hard, as a rank offset into the filtered list.
 * :func:`search_hard_negatives`: the three combined, returning ``(batch, k)`` queue indices.
+
+A corpus's search (exact up to a size, an approximate index built once above it, with its recall
+measured) is :class:`contrastive_bert.vector_index.VectorIndex`, built on :func:`build_faiss_index`
+and :func:`exact_topk`.
 """
 
 from __future__ import annotations

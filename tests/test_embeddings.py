@@ -1,15 +1,19 @@
-"""encode_normalized's memo: inside ``reuse_encodings`` the same texts, model, kind and batch size
-are encoded once (and handed out as copies); training with corpus negatives encodes the corpus once
-for mining and the before-scores."""
+"""One corpus encoding shared explicitly: mining and the before-scores of a training run read the
+same corpus embeddings (kept in the run's folder by model weights and corpus) instead of a hidden
+memo; the scorer reads back a store the same model wrote and re-encodes for another model."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import torch
 
 from contrastive_bert.cli import main
-from contrastive_bert.embeddings import encode_normalized, reuse_encodings
+from contrastive_bert.data import load_dataset
+from contrastive_bert.data.beir import RetrievalData
+from contrastive_bert.embeddings import encode_normalized
+from contrastive_bert.evaluation.beir_evaluation import evaluate_retrieval_splits
 
 from conftest import make_beir_folder
 
@@ -32,24 +36,24 @@ class Counting:
         return getattr(self.model, name)
 
 
-def test_inside_the_block_each_encoding_happens_once(tiny_model):
+def test_the_scorer_reads_back_what_the_same_model_encoded(tiny_model, tmp_path):
+    """Given a folder, the scorer encodes the corpus once and reads it back on the next call with the
+    same model (same scores); a model with other weights encodes it again, never reading another's rows."""
+    data = RetrievalData.from_splits(load_dataset(make_beir_folder(tmp_path / "beir")))
     model = Counting(tiny_model)
-    texts = ["a cat", "a dog", "a cat"]
-    with reuse_encodings():
-        first = encode_normalized(model, texts, kind="document")
-        again = encode_normalized(model, texts, kind="document")
-        assert model.calls == [("document", 3)] and torch.equal(first, again)
-        again.zero_()  # a copy: the memo's tensor is untouched
-        assert torch.equal(encode_normalized(model, texts, kind="document"), first)
-        encode_normalized(model, texts, kind="query")  # another kind
-        encode_normalized(model, texts, kind="document", batch_size=2)  # another batching
-        encode_normalized(model, texts[:2], kind="document")  # other texts
-        encode_normalized(model, texts, kind="document", unique=True)
-        assert len(model.calls) == 5
-    encode_normalized(model, texts, kind="document")  # outside: encoded again
-    assert len(model.calls) == 6
+    kept = evaluate_retrieval_splits(model, data, ["test"], embeddings_dir=tmp_path / "embeddings")
+    again = evaluate_retrieval_splits(model, data, ["test", "train"], embeddings_dir=tmp_path / "embeddings")
+    assert [kind for kind, _ in model.calls].count("document") == 1 and again["test"] == kept["test"]
+    assert evaluate_retrieval_splits(tiny_model, data, ["test"]) == kept  # in memory: the same scores
+    other = copy.deepcopy(tiny_model)
+    with torch.no_grad():
+        next(other.parameters()).add_(1.0)
+    counted = Counting(other)
+    evaluate_retrieval_splits(counted, data, ["test"], embeddings_dir=tmp_path / "embeddings")
+    assert [kind for kind, _ in counted.calls].count("document") == 1
     # encode and encode_document agree for a model without prompts (mining used encode before)
-    assert torch.allclose(encode_normalized(tiny_model, texts), first, atol=1e-6)
+    texts = ["a cat", "a dog"]
+    assert torch.allclose(encode_normalized(tiny_model, texts), encode_normalized(tiny_model, texts, kind="document"), atol=1e-6)
 
 
 def test_training_with_corpus_negatives_encodes_the_corpus_once_before_training(tmp_path, tiny_loader, monkeypatch):
@@ -67,7 +71,8 @@ def test_training_with_corpus_negatives_encodes_the_corpus_once_before_training(
     monkeypatch.setattr(sentence_transformers.SentenceTransformer, "encode_document", encode_document)
     folder = make_beir_folder(tmp_path / "my_corpus")
     monkeypatch.chdir(tmp_path)
-    assert main(["train", "--datasets", str(folder), "--model", "tiny", "--loss", "mnrl", "--batch-size", "2",
+    assert main(["train", "--datasets", str(folder), "--model", "tiny", "--loss", "mnrl", "--batch-size", "1",
                  "--max-steps", "1", "--save-steps", "1", "--dev-task", "", "--corpus-negatives",
                  json.dumps({"num_negatives": 1, "fallback": "pairs", "range_max": 8, "perc_pos": None})]) == 0
     assert corpus_calls.count(8) == 2  # before training once (mining + before-score), after training once
+    assert not (tmp_path / "output" / "my_corpus-mnrl" / "mined" / "embeddings").exists()  # removed once both read it

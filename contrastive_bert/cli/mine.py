@@ -22,6 +22,7 @@ from contrastive_bert.cli.arguments import (
     add_overwrite_argument,
     add_split_argument,
     check_output,
+    positive_int,
     replace_output,
 )
 
@@ -72,6 +73,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="row layout of the mined data set, as in sentence-transformers' mine_hard_negatives (default: triplet)")
     add_batch_size_argument(parser, default=64)
     parser.add_argument("--no-faiss", action="store_true", help="exact torch search instead of FAISS")
+    parser.add_argument("--index-type", choices=("auto", "flat", "ivf", "hnsw"), default="auto",
+                        help="retrieval data sets: the index searched; auto: exact up to 200,000 documents, FAISS HNSW above "
+                        "(an approximate index logs its recall@100 against exact search on 100 sample queries) (default: auto)")
+    parser.add_argument("--nprobe", type=positive_int, default=32, metavar="N",
+                        help="ivf: lists searched per query; raise it when recall is low (default: 32)")
+    parser.add_argument("--ef-search", type=positive_int, default=128, metavar="N",
+                        help="hnsw: candidates kept while searching; raise it when recall is low (default: 128)")
+    parser.add_argument("--embeddings-dir", default=None, metavar="DIR",
+                        help="retrieval data sets: keep the corpus embeddings in DIR (a rerun with the same model reads them; "
+                        "default: OUTPUT.embeddings, removed when mining ends, so an interrupted run resumes its encoding)")
     add_device_argument(parser)
     parser.set_defaults(func=run_mine)
     return parser
@@ -237,14 +248,23 @@ def _mine_retrieval(args: argparse.Namespace, output: Path) -> int:
     if given:
         raise ValueError(f"{given[0]}: not used for a retrieval data set (its own corpus is searched); "
                          "use --range-max, --relative-margin, --num-negatives, --sampling-strategy")
+    if args.no_faiss and args.index_type in ("ivf", "hnsw"):
+        raise ValueError(f"--index-type: {args.index_type} is a FAISS index; drop --no-faiss or use --index-type flat")
     data = RetrievalData.from_splits(load_dataset(args.dataset, data_dir=args.data_dir))
     model = load_model(args.model, device=args.device)
+    # the corpus embeddings: kept where asked, else beside the output while mining (a rerun resumes the encoding)
+    embeddings_dir = Path(args.embeddings_dir) if args.embeddings_dir else output.with_name(output.name + ".embeddings")
     mined, report = mine_corpus_negatives(
         model, data, args.split, num_negatives=args.num_negatives, range_max=args.range_max or 100,
         perc_pos=None if args.relative_margin is None else 1.0 - args.relative_margin,
         sampling=args.sampling_strategy, batch_size=args.batch_size, backend="torch" if args.no_faiss else "auto",
         show_progress_bar=logging.getLogger(__name__).isEnabledFor(logging.INFO), return_report=True,
+        embeddings_dir=embeddings_dir, index_type=args.index_type, nprobe=args.nprobe, ef_search=args.ef_search,
     )
+    if not args.embeddings_dir:
+        import shutil
+
+        shutil.rmtree(embeddings_dir, ignore_errors=True)
     if args.max_samples is not None:  # pairs, as on a pair data set
         mined = mined.select(range(min(args.max_samples, len(mined))))
     kept_pairs = len(mined)
@@ -269,6 +289,11 @@ def run_mine(args: argparse.Namespace) -> int:
     check_device(args.device)
     if _is_retrieval(args):
         return _mine_retrieval(args, output)
+    given = [flag for flag, used in (("--index-type", args.index_type != "auto"), ("--embeddings-dir", args.embeddings_dir))
+             if used]
+    if given:
+        raise ValueError(f"{given[0]}: for a retrieval data set (its corpus is searched); a pair data set is mined by "
+                         "sentence-transformers' mine_hard_negatives (--no-faiss for exact torch search)")
     pairs = _load_pairs(args)
     if args.max_samples is not None:
         pairs = pairs.select(range(min(args.max_samples, len(pairs))))

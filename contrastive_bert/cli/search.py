@@ -2,14 +2,18 @@
 
 The corpus is a retrieval data set (``scifact``, a BEIR folder), a BEIR ``corpus.jsonl`` or a text
 file of one document per line (ids: line numbers from 1). ``--index DIR`` keeps the encoded corpus:
-the first search writes it, later ones load it (the expensive part, encoding every document, runs
-once) and refuse it when it was built by another model or from another corpus.
+the first search encodes into it chunk by chunk (an interrupted first search, run again, resumes at
+the first missing chunk), later ones load it (the expensive part, encoding every document, runs
+once) and refuse it when it was built by another model or from another corpus. ``--index-type``
+``auto`` searches exactly up to 200,000 documents and through FAISS HNSW above; an approximate
+index prints its recall@100 against exact search on 100 sample queries, and warns below 0.95.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,8 @@ from contrastive_bert.cli.arguments import (
     positive_int,
     replace_output,
 )
+
+logger = logging.getLogger(__name__)
 
 OUTPUT_FILES = (".jsonl", ".trec")
 SNIPPET_CHARS = 100
@@ -47,10 +53,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--top-k", type=positive_int, default=10, metavar="N", help="documents per query (default: 10)")
     parser.add_argument("--index", default=None, metavar="DIR",
                         help="folder of the encoded corpus: written when absent, loaded when present (same model and corpus)")
-    parser.add_argument("--backend", choices=("exact", "faiss"), default="exact",
-                        help="exact torch search (the scorer's) or a FAISS index (default: exact)")
-    parser.add_argument("--index-type", choices=("flat", "hnsw"), default="flat",
-                        help="FAISS index: flat (exact) or hnsw (approximate, for millions of documents) (default: flat)")
+    parser.add_argument("--backend", choices=("exact", "faiss"), default=None,
+                        help="exact torch search (the scorer's) or a FAISS index (default: exact, FAISS for an approximate index)")
+    parser.add_argument("--index-type", choices=("auto", "flat", "ivf", "hnsw"), default="auto",
+                        help="auto: exact search up to 200,000 documents, FAISS HNSW above; flat: exact; ivf, hnsw: "
+                        "approximate FAISS indexes (with --backend faiss), their recall@100 against exact search printed (default: auto)")
+    parser.add_argument("--nprobe", type=positive_int, default=32, metavar="N",
+                        help="ivf: lists searched per query; raise it when recall is low (default: 32)")
+    parser.add_argument("--ef-search", type=positive_int, default=128, metavar="N",
+                        help="hnsw: candidates kept while searching; raise it when recall is low (default: 128)")
     add_output_argument(parser, "also write the hits: .jsonl (one line per query) or .trec (a TREC run file)")
     add_overwrite_argument(parser)
     add_batch_size_argument(parser, default=64)
@@ -94,8 +105,8 @@ def _check_args(args: argparse.Namespace) -> Path | None:
     output = check_output(args.output, args.overwrite)
     if output is not None and output.suffix.lower() not in OUTPUT_FILES:
         raise ValueError(f"--output: expected a {' or '.join(OUTPUT_FILES)} file, got {args.output}")
-    if args.index_type == "hnsw" and args.backend != "faiss":
-        raise ValueError("--index-type: hnsw needs --backend faiss")
+    if args.index_type in ("ivf", "hnsw") and args.backend != "faiss":
+        raise ValueError(f"--index-type: {args.index_type} needs --backend faiss")
     if args.index is not None and Path(args.index).expanduser().is_file():
         raise ValueError(f"--index: {args.index} is a file; expected a folder")
     return output
@@ -141,30 +152,40 @@ def load_corpus(name_or_path: str, data_dir: str | None) -> dict[str, str]:
 
 
 def _index(args: argparse.Namespace, model, corpus: dict[str, str]):
-    """The corpus index: loaded from ``--index`` when it holds one for this model and corpus, else
-    built (and saved there)."""
-    import logging
-
-    from contrastive_bert.inference.corpus_index import CorpusIndex, corpus_fingerprint
+    """The corpus index: loaded from ``--index`` when it holds one for this model and corpus, built
+    there (resumed when an earlier build of this model and corpus was interrupted) or in memory."""
+    from contrastive_bert.embedding_store import read_manifest
+    from contrastive_bert.inference.corpus_index import META_FILE, CorpusIndex, corpus_fingerprint
 
     folder = Path(args.index).expanduser() if args.index is not None else None
+    search = dict(backend=args.backend, index_type=args.index_type, nprobe=args.nprobe, ef_search=args.ef_search)
+    unfinished = False
     if folder is not None and folder.exists() and any(folder.iterdir()) and not args.overwrite:  # an empty folder: build into it
-        try:
-            meta = CorpusIndex.read_meta(folder)
-        except ValueError as error:
-            raise ValueError(f"--index: {str(error).removeprefix('path: ')}; choose an empty or new folder") from None
-        if meta["fingerprint"] != corpus_fingerprint(list(corpus), list(corpus.values())):
-            raise ValueError(f"--index: {folder} holds another corpus ({meta['documents']} documents) than --corpus "
-                             f"{args.corpus} ({len(corpus)}); pass --overwrite to rebuild it or choose another folder")
-        index = CorpusIndex.load(folder, model, backend=args.backend, index_type=args.index_type)
-        print(f"loaded the index of {len(index)} documents from {folder}")
-        return index
-    verbose = logging.getLogger(__name__).isEnabledFor(logging.INFO)
-    index = CorpusIndex.build(model, corpus, batch_size=args.batch_size, show_progress_bar=verbose,
-                              backend=args.backend, index_type=args.index_type)
+        unfinished = not (folder / META_FILE).is_file() and read_manifest(folder) is not None
+        if not unfinished:
+            try:
+                meta = CorpusIndex.read_meta(folder)
+            except ValueError as error:
+                raise ValueError(f"--index: {str(error).removeprefix('path: ')}; choose an empty or new folder") from None
+            if meta["fingerprint"] != corpus_fingerprint(list(corpus), list(corpus.values())):
+                raise ValueError(f"--index: {folder} holds another corpus ({meta['documents']} documents) than --corpus "
+                                 f"{args.corpus} ({len(corpus)}); pass --overwrite to rebuild it or choose another folder")
+            index = CorpusIndex.load(folder, model, **search)
+            print(f"loaded the index of {len(index)} documents from {folder}")
+            return index
+    elif folder is not None and args.overwrite:
+        replace_output(folder)
+    verbose = logger.isEnabledFor(logging.INFO)
+    try:
+        index = CorpusIndex.build(model, corpus, batch_size=args.batch_size, show_progress_bar=verbose, folder=folder,
+                                  model_name=args.model, **search)
+    except ValueError as error:
+        if folder is not None and str(error).startswith("folder: "):  # an unfinished index of another model or corpus
+            raise ValueError(f"--index: {str(error).removeprefix('folder: ')}") from None
+        raise
     if folder is not None:
-        index.save(replace_output(folder), overwrite=True, model_name=args.model)
-        print(f"encoded {len(index)} documents; index saved to {folder}")
+        resumed = f" (resumed: {len(index) - index.encoded_rows} were encoded before)" if unfinished else ""
+        print(f"encoded {index.encoded_rows} documents{resumed}; index saved to {folder}")
     return index
 
 
@@ -193,6 +214,11 @@ def run_search(args: argparse.Namespace) -> int:
     if index.backend != "exact":  # the default, the scorer's own search, goes without saying
         print(f"search: {index.describe_search()}")
     hits = index.search(list(queries.values()), top_k=args.top_k, batch_size=args.batch_size)
+    recall = index.measure_recall(list(queries.values()), batch_size=args.batch_size)
+    if recall is not None:  # an approximate index: how far from exact, in one line
+        print(f"search: {recall.line()}")
+        if recall.low:
+            logger.warning("search: %s", recall.warning())
     for query, found in zip(queries.values(), hits):
         print(f"\nquery: {query}")
         for hit in found:

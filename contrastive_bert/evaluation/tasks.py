@@ -52,12 +52,12 @@ def _reranking(model, spec, data, split, **kwargs):
     return evaluate_answer_selection(model, data[split], **kwargs)
 
 
-def _retrieval(model, spec, data, split, batch_size: int = 64, show_progress_bar: bool = False):
+def _retrieval(model, spec, data, split, batch_size: int = 64, show_progress_bar: bool = False, embeddings_dir=None):
     from contrastive_bert.evaluation.beir_evaluation import evaluate_retrieval_splits
 
     retrieval = data if isinstance(data, RetrievalData) else RetrievalData.from_splits(data)
     scores = evaluate_retrieval_splits(model, retrieval, [split], batch_size=batch_size,
-                                       show_progress_bar=show_progress_bar)[split]
+                                       show_progress_bar=show_progress_bar, embeddings_dir=embeddings_dir)[split]
     return {k: v for k, v in scores.items() if k != "main_score"}
 
 
@@ -91,16 +91,20 @@ def default_progress_bar() -> bool:
 
 
 def evaluate_split(
-    model, task: str | DatasetSpec, data, split: str = "test", batch_size: int = 64, show_progress_bar: bool = False
+    model, task: str | DatasetSpec, data, split: str = "test", batch_size: int = 64, show_progress_bar: bool = False,
+    embeddings_dir=None,
 ) -> dict:
     """Scores of ``model`` on ``data[split]`` of the data set ``task`` (``data`` as loaded, or a
     retrieval set's :class:`RetrievalData`; classification fits its probe on ``data["train"]``),
-    x100, ``main_score`` = the data set's ``main_score`` metric."""
+    x100, ``main_score`` = the data set's ``main_score`` metric. ``embeddings_dir``: a retrieval
+    set's corpus embeddings are kept there (read back when ``model`` encoded them before)."""
     spec = _evaluable(task)
     splits = list(data.qrels) if isinstance(data, RetrievalData) else list(data)
     if split not in splits:
         raise ValueError(f"split: {spec.name!r} has splits {splits}, not {split!r}")
-    scores = EVALUATORS[spec.task_type](model, spec, data, split, batch_size=batch_size, show_progress_bar=show_progress_bar)
+    options = {"embeddings_dir": embeddings_dir} if embeddings_dir is not None and spec.task_type == "retrieval" else {}
+    scores = EVALUATORS[spec.task_type](model, spec, data, split, batch_size=batch_size, show_progress_bar=show_progress_bar,
+                                        **options)
     if spec.main_score not in scores:
         raise ValueError(f"main_score: {spec.name!r} names {spec.main_score!r}, but its evaluator reports {sorted(scores)}")
     return {"main_score": scores[spec.main_score], **{k: v for k, v in scores.items() if k != "main_score"}}
@@ -140,18 +144,20 @@ def evaluate_tasks(
     batch_size: int = 64,
     data: Mapping[str, object] | None = None,
     show_progress_bar: bool | None = None,
+    embeddings_dir=None,
 ) -> dict[str, dict]:
     """``{task: {"main_score": x, <metric>: ...}}`` for every task in ``tasks``.
 
     ``data`` holds already-loaded data sets by task name (the others are loaded here);
     ``show_progress_bar``: one bar over the tasks plus the encoding bars (default: when stderr
-    is a terminal)."""
+    is a terminal); ``embeddings_dir``: where retrieval corpora's embeddings are kept (:func:`evaluate_split`)."""
     tasks = check_tasks(tasks)
     show = default_progress_bar() if show_progress_bar is None else show_progress_bar
     data = dict(data or {})
     results = {}
     for task in tqdm(tasks, desc="Evaluating", unit="task", disable=not show):
         loaded = data[task] if task in data else load_dataset(task, data_dir=data_dir)
-        results[task] = evaluate_split(model, task, loaded, split, batch_size=batch_size, show_progress_bar=show)
+        results[task] = evaluate_split(model, task, loaded, split, batch_size=batch_size, show_progress_bar=show,
+                                       embeddings_dir=embeddings_dir)
         logger.info("%s %s: main_score %.2f", task, split, results[task]["main_score"])
     return results

@@ -1,19 +1,26 @@
 """Search a corpus with a trained model: what a user does after adapting a model to their documents.
 
 :class:`CorpusIndex` encodes a corpus once (documents through ``model.encode_document``, as the
-retrieval scorer does) and answers text queries with each query's top-k documents by cosine. The
-exact search is the scorer's own (:func:`~contrastive_bert.evaluation.dense_retrieval.exact_search`,
-through the package's one exact search :func:`~contrastive_bert.topk_search.exact_topk`: equal
-scores in corpus order), so a model's search results rank the documents exactly as its nDCG@10 was
-measured; FAISS serves large corpora (``backend="faiss"``: ``IndexFlatIP``, exact, or
-``index_type="hnsw"``, approximate).
+retrieval scorer does, in chunks: :func:`~contrastive_bert.embedding_store.encode_corpus`) and
+answers text queries with each query's top-k documents by cosine. The exact search is the scorer's
+own (:func:`~contrastive_bert.evaluation.dense_retrieval.exact_search`, through the package's one
+exact search :func:`~contrastive_bert.topk_search.exact_topk`: equal scores in corpus order), so a
+model's search results rank the documents exactly as its nDCG@10 was measured. The index follows
+the corpus's size (``index_type="auto"``, :class:`~contrastive_bert.vector_index.VectorIndex`):
+exact up to 200,000 documents, FAISS HNSW above; ``backend="faiss"`` with ``index_type`` ``flat``
+(exact), ``ivf`` or ``hnsw`` chooses. An approximate index's recall@100 against exact search is
+measured on sample queries (:meth:`CorpusIndex.measure_recall`).
 
-An index saved to a folder (``save``) loads back only with the model that built it: the folder
-keeps a SHA-256 of the model's weights, which must match exactly (a model trained one more step
-differs), and the embedding of a probe sentence, re-encoded at load (the modules without weights:
-pooling, normalisation); searching one model's document embeddings with another model's queries
-returns wrong hits without any error. A corpus fingerprint (ids and texts) tells whether a saved
-index still matches a corpus.
+A folder holds an index as a store of its embeddings (``embeddings.npy``, memory-mapped, beside
+``manifest.json``: :mod:`contrastive_bert.embedding_store`), ``documents.jsonl`` and ``index.json``
+(written last: the index is complete). ``CorpusIndex.build(..., folder=...)`` encodes straight into
+it, and resumes an interrupted build at its first missing chunk. An approximate FAISS index is
+kept there too (``faiss-hnsw.index``) once built. An index loads back only with the model that
+built it: the folder keeps a SHA-256 of the model's weights, which must match exactly (a model
+trained one more step differs), and the embedding of a probe sentence, re-encoded at load (the
+modules without weights: pooling, normalisation); searching one model's document embeddings with
+another model's queries returns wrong hits without any error. A corpus fingerprint (ids and
+texts) tells whether a saved index still matches a corpus.
 
 Example::
 
@@ -29,7 +36,7 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -40,9 +47,26 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from contrastive_bert.embedding_store import (
+    MANIFEST_FILE,
+    corpus_fingerprint,
+    encode_corpus,
+    read_manifest,
+    weights_fingerprint,
+    write_store,
+)
 from contrastive_bert.embeddings import encode_normalized
 from contrastive_bert.evaluation.dense_retrieval import exact_search
-from contrastive_bert.topk_search import build_faiss_index, check_top_k, faiss_available
+from contrastive_bert.topk_search import check_top_k, faiss_available
+from contrastive_bert.vector_index import (
+    DEFAULT_EF_SEARCH,
+    DEFAULT_NPROBE,
+    INDEX_TYPES,
+    RECALL_QUERIES,
+    RecallReport,
+    VectorIndex,
+    resolve_index_type,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,11 +78,12 @@ PROBE_TEXT = "contrastive_bert corpus index probe: which model built these embed
 #: (a model saved and reloaded, or moved to another device, stays above 0.9999); the weights must
 #: match exactly besides (:func:`weights_fingerprint`), which a trained model never passes.
 SAME_MODEL_COSINE = 0.999
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the embeddings are a store (manifest.json); 1 (no manifest) still loads
 META_FILE, EMBEDDINGS_FILE, DOCUMENTS_FILE = "index.json", "embeddings.npy", "documents.jsonl"
+FAISS_FILE = "faiss-{}.index"
 
 Backend = Literal["exact", "faiss"]
-IndexType = Literal["flat", "hnsw"]
+IndexType = Literal["auto", "flat", "ivf", "hnsw"]
 
 
 @dataclass(frozen=True)
@@ -68,28 +93,6 @@ class SearchHit:
     id: str
     score: float
     rank: int
-
-
-def corpus_fingerprint(ids: Sequence[str], texts: Sequence[str]) -> str:
-    """A SHA-1 of the documents in order (ids and texts): equal fingerprints, same corpus."""
-    digest = hashlib.sha1()
-    for doc_id, text in zip(ids, texts):
-        digest.update(doc_id.encode("utf-8") + b"\x00" + text.encode("utf-8") + b"\x01")
-    return digest.hexdigest()
-
-
-def weights_fingerprint(model: Any) -> str | None:
-    """A SHA-256 of ``model``'s state dict (names, dtypes, shapes and bytes of every tensor, in
-    order): any changed weight changes it, the same weights on another device do not. None for a
-    model without a ``state_dict`` (an embedding function)."""
-    if not callable(getattr(model, "state_dict", None)):
-        return None
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        data = tensor.detach().to("cpu").contiguous().reshape(-1)
-        digest.update(f"{name}\x00{data.dtype}\x00{tuple(tensor.shape)}\x00".encode("utf-8"))
-        digest.update(data.view(torch.uint8).numpy())
-    return digest.hexdigest()
 
 
 def _as_documents(corpus: Any) -> tuple[list[str], list[str]]:
@@ -111,16 +114,29 @@ def _as_documents(corpus: Any) -> tuple[list[str], list[str]]:
     return ids, texts
 
 
-def _check_backend(backend: str, index_type: str) -> None:
-    if backend not in ("exact", "faiss"):
+def resolve_search(backend: str | None, index_type: str, documents: int) -> tuple[str, str]:
+    """``(backend, index_type)`` that search ``documents`` documents: ``index_type`` ``auto`` is
+    exact up to :data:`~contrastive_bert.vector_index.AUTO_EXACT_MAX_DOCUMENTS` documents and FAISS
+    HNSW above (unless ``backend="exact"`` asks for exact search, or FAISS is missing: then exact,
+    with a warning); ``ivf`` and ``hnsw`` need ``backend="faiss"``; ``backend`` None: exact
+    for a flat index, FAISS for an approximate one."""
+    if backend not in (None, "exact", "faiss"):
         raise ValueError(f"backend: expected 'exact' or 'faiss', got {backend!r}")
-    if index_type not in ("flat", "hnsw"):
-        raise ValueError(f"index_type: expected 'flat' or 'hnsw', got {index_type!r}")
-    if index_type == "hnsw" and backend != "faiss":
-        raise ValueError("index_type: 'hnsw' needs backend='faiss'")
-    if backend == "faiss":
-        if not faiss_available():
-            raise ValueError("backend: 'faiss' requested but faiss is not installed (pip install faiss-cpu)")
+    if index_type not in INDEX_TYPES:
+        raise ValueError(f"index_type: expected one of {', '.join(INDEX_TYPES)}, got {index_type!r}")
+    if index_type in ("ivf", "hnsw") and backend != "faiss":
+        raise ValueError(f"index_type: {index_type!r} needs backend='faiss'")
+    if backend == "faiss" and not faiss_available():
+        raise ValueError("backend: 'faiss' requested but faiss is not installed (pip install faiss-cpu)")
+    resolved = resolve_index_type(index_type, documents)
+    if resolved != "flat" and backend is None:
+        if faiss_available():
+            return "faiss", resolved
+        logger.warning("index_type auto: %d documents call for an approximate index, but faiss is not installed "
+                       "(pip install faiss-cpu); searching exactly", documents)
+    if resolved != "flat" and backend == "exact":
+        resolved = "flat"
+    return backend or "exact", resolved
 
 
 class CorpusIndex:
@@ -130,23 +146,32 @@ class CorpusIndex:
         model: the SentenceTransformer that encoded the documents (and encodes the queries).
         ids: (N,) document ids, in corpus order.
         texts: (N,) the document texts as encoded.
-        embeddings: (N, d) float32 unit-norm document embeddings on the CPU.
+        embeddings: (N, d) float32 unit-norm document embeddings on the CPU (a memory map of
+            ``folder``'s store, copy-on-write, when the index lives in a folder).
         backend: ``"exact"`` (torch, the retrieval scorer's search) or ``"faiss"``.
-        index_type: FAISS index, ``"flat"`` (exact) or ``"hnsw"`` (approximate, for millions of documents).
+        index_type: the index searched, ``"flat"`` (exact), ``"ivf"`` or ``"hnsw"`` (approximate),
+            as :func:`resolve_search` chose it from the ``index_type`` asked for (``"auto"``: by size).
+        nprobe / ef_search: the search-time knobs of an IVF / HNSW index.
+        folder: where the index is kept (None: in memory).
     """
 
     def __init__(self, model, ids: Sequence[str], texts: Sequence[str], embeddings: torch.Tensor,
-                 backend: Backend = "exact", index_type: IndexType = "flat", probe: torch.Tensor | None = None) -> None:
-        _check_backend(backend, index_type)
+                 backend: Backend | None = None, index_type: IndexType = "auto", probe: torch.Tensor | None = None, *,
+                 nprobe: int = DEFAULT_NPROBE, ef_search: int = DEFAULT_EF_SEARCH, folder: str | Path | None = None) -> None:
         if embeddings.ndim != 2 or embeddings.shape[0] != len(ids) or len(ids) != len(texts):
             raise ValueError(f"embeddings: expected ({len(ids)}, d) rows for {len(ids)} ids and {len(texts)} texts, "
                              f"got {tuple(embeddings.shape)}")
+        self.backend, self.index_type = resolve_search(backend, index_type, len(ids))
         self.model = model
         self.ids, self.texts = list(ids), list(texts)
         self.embeddings = embeddings.float().cpu()
-        self.backend, self.index_type = backend, index_type
+        self.nprobe, self.ef_search = nprobe, ef_search
+        self.folder = None if folder is None else Path(folder)
         self.probe = probe if probe is not None else self._encode_probe(model)
-        self._faiss_index = None
+        self._vector_index: VectorIndex | None = None
+        self.encoded_rows = 0  # rows the last build encoded (fewer than N when it resumed an interrupted one)
+        if self.backend == "faiss":
+            self._vectors()  # checks nprobe and ef_search now
 
     @staticmethod
     def _encode_probe(model) -> torch.Tensor:
@@ -154,14 +179,26 @@ class CorpusIndex:
 
     @classmethod
     def build(cls, model, corpus: Any, *, batch_size: int = 64, show_progress_bar: bool = False,
-              backend: Backend = "exact", index_type: IndexType = "flat") -> CorpusIndex:
-        """Encode ``corpus`` (``{id: text}``, a list of texts, or a RetrievalData) with ``model``."""
+              backend: Backend | None = None, index_type: IndexType = "auto", folder: str | Path | None = None,
+              model_name: str | None = None, nprobe: int = DEFAULT_NPROBE, ef_search: int = DEFAULT_EF_SEARCH) -> CorpusIndex:
+        """Encode ``corpus`` (``{id: text}``, a list of texts, or a RetrievalData) with ``model``.
+
+        ``folder``: encode straight into it, chunk by chunk (an interrupted build of this model and
+        corpus resumes at its first missing chunk; another model's or corpus's store there is a
+        ``ValueError`` naming ``overwrite``), then write its documents and ``index.json``
+        (``model_name`` recorded for people)."""
         ids, texts = _as_documents(corpus)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
-        _check_backend(backend, index_type)  # before the expensive encoding
-        embeddings = encode_normalized(model, texts, kind="document", batch_size=batch_size, show_progress_bar=show_progress_bar)
-        return cls(model, ids, texts, embeddings, backend, index_type)
+        resolve_search(backend, index_type, len(ids))  # before the expensive encoding
+        encoded = encode_corpus(model, ids, texts, folder=folder, batch_size=batch_size, show_progress_bar=show_progress_bar)
+        index = cls(model, ids, texts, encoded.tensor(), backend, index_type, nprobe=nprobe, ef_search=ef_search, folder=folder)
+        index.encoded_rows = encoded.encoded_rows
+        if folder is not None:
+            for stale in Path(folder).glob(FAISS_FILE.format("*")):  # built over other rows
+                stale.unlink()
+            index._write_documents(Path(folder), model_name)
+        return index
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -184,36 +221,70 @@ class CorpusIndex:
 
     def search_embeddings(self, query_embeddings: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(scores, rows)``, both (Q, min(top_k, N)), for (Q, d) query embeddings: cosines,
-        descending, and row positions into :attr:`ids` (``-1`` where HNSW found fewer)."""
+        descending, and row positions into :attr:`ids` (``-1`` where an approximate index found fewer)."""
         check_top_k(top_k)
         if self.backend == "exact":
             return exact_search(query_embeddings, self.embeddings, top_k=top_k)
-        queries = np.ascontiguousarray(torch.nn.functional.normalize(query_embeddings.float(), dim=1).numpy())
-        scores, rows = self._faiss().search(queries, min(top_k, len(self)))
-        return torch.from_numpy(scores), torch.from_numpy(rows).long()
+        found = self._vectors().search(torch.nn.functional.normalize(query_embeddings.float(), dim=1), top_k)
+        self._keep_faiss_index()
+        return found
+
+    @property
+    def approximate(self) -> bool:
+        return self.index_type != "flat"
 
     def describe_search(self) -> str:
         """What answers the queries, in words: the backend and, for FAISS, the index class and
         whether it is exact (``"FAISS IndexFlatIP (exact inner product) over 8 documents"``)."""
         if self.backend == "exact":
             return f"exact cosine search (torch) over {len(self)} documents"
-        kind = "exact inner product" if self.index_type == "flat" else "approximate"
-        return f"FAISS {type(self._faiss()).__name__} ({kind}) over {len(self)} documents"
+        return self._vectors().describe()
 
-    def _faiss(self):
-        """The FAISS index over :attr:`embeddings`, built on first search and kept."""
-        if self._faiss_index is None:
-            self._faiss_index = build_faiss_index(np.ascontiguousarray(self.embeddings.numpy()), self.index_type)
-        return self._faiss_index
+    def measure_recall(self, queries: Sequence[str] = (), sample: int = RECALL_QUERIES, seed: int = 0,
+                       batch_size: int = 64) -> RecallReport | None:
+        """Recall@100 of the approximate index against exact search on ``sample`` queries: the first
+        ``sample`` of ``queries``, topped up with documents drawn with ``seed`` as queries; None for
+        an exact search."""
+        if not self.approximate:
+            return None
+        given = list(queries)[:sample]
+        parts = [encode_normalized(self.model, given, kind="query", batch_size=batch_size)] if given else []
+        extra = min(sample - len(given), len(self))
+        if extra > 0:
+            rows = np.sort(np.random.default_rng(seed).choice(len(self), extra, replace=False))
+            parts.append(self.embeddings[torch.from_numpy(rows)])
+        report = self._vectors().measure_recall(torch.cat(parts), sample=sample)
+        self._keep_faiss_index()
+        return dataclasses.replace(report, source=f"{len(given)} given, {max(extra, 0)} documents as queries")
 
-    def save(self, path: str | Path, overwrite: bool = False, model_name: str | None = None) -> Path:
-        """Write the index to folder ``path`` (embeddings, documents, model probe; ``model_name``
-        recorded for people); an existing folder is refused unless ``overwrite``."""
-        folder = Path(path).expanduser()
-        if folder.exists() and not overwrite:
-            raise ValueError(f"path: {folder} already exists; pass overwrite=True (--overwrite) to replace it")
-        folder.mkdir(parents=True, exist_ok=True)
-        np.save(folder / EMBEDDINGS_FILE, self.embeddings.numpy())
+    def _kept_faiss_file(self) -> Path | None:
+        """Where a complete index folder keeps its approximate FAISS index (None: in memory, or exact)."""
+        if self.folder is None or not self.approximate or not (self.folder / META_FILE).is_file():
+            return None
+        return self.folder / FAISS_FILE.format(self.index_type)
+
+    def _vectors(self) -> VectorIndex:
+        """The FAISS search over :attr:`embeddings`, made once; its approximate index read from
+        :attr:`folder` when kept there, else built on first search."""
+        if self._vector_index is None:
+            kept, loaded = self._kept_faiss_file(), None
+            if kept is not None and kept.is_file():
+                import faiss
+
+                loaded = faiss.read_index(str(kept))
+            self._vector_index = VectorIndex(self.embeddings, self.index_type, backend="faiss", nprobe=self.nprobe,
+                                             ef_search=self.ef_search, faiss_index=loaded)
+        return self._vector_index
+
+    def _keep_faiss_index(self) -> None:
+        """Write the approximate index just built into the index's folder, for the next load."""
+        kept = self._kept_faiss_file()
+        if kept is not None and not kept.is_file():
+            self._vectors().save(kept)
+            logger.info("kept the %s index in %s", self.index_type, kept)
+
+    def _write_documents(self, folder: Path, model_name: str | None) -> None:
+        """``documents.jsonl``, then ``index.json`` (last: its presence marks the index complete)."""
         with open(folder / DOCUMENTS_FILE, "w", encoding="utf-8") as handle:
             for doc_id, text in zip(self.ids, self.texts):
                 handle.write(json.dumps({"id": doc_id, "text": text}, ensure_ascii=False) + "\n")
@@ -222,6 +293,20 @@ class CorpusIndex:
                 "probe": [round(float(x), 7) for x in self.probe.tolist()], "fingerprint": self.fingerprint,
                 "backend": self.backend, "index_type": self.index_type}
         (folder / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+
+    def save(self, path: str | Path, overwrite: bool = False, model_name: str | None = None) -> Path:
+        """Write the index to folder ``path`` (its embeddings as a store, documents, model probe;
+        ``model_name`` recorded for people); an existing folder is refused unless ``overwrite``."""
+        folder = Path(path).expanduser()
+        if folder.exists() and not overwrite:
+            raise ValueError(f"path: {folder} already exists; pass overwrite=True (--overwrite) to replace it")
+        if self.folder is not None and folder.resolve() == self.folder.resolve():
+            return folder  # kept there already (built into it)
+        (folder / META_FILE).unlink(missing_ok=True)
+        for stale in folder.glob(FAISS_FILE.format("*")):
+            stale.unlink()
+        write_store(folder, self.embeddings.numpy(), self.model, self.ids, self.texts)
+        self._write_documents(folder, model_name)
         return folder
 
     @staticmethod
@@ -230,17 +315,24 @@ class CorpusIndex:
         folder = Path(path).expanduser()
         missing = [name for name in (META_FILE, EMBEDDINGS_FILE, DOCUMENTS_FILE) if not (folder / name).is_file()]
         if missing:
-            raise ValueError(f"path: {folder} is not a saved CorpusIndex (missing {', '.join(missing)})")
+            unfinished = read_manifest(folder) is not None and META_FILE in missing
+            raise ValueError(f"path: {folder} is not a saved CorpusIndex (missing {', '.join(missing)}"
+                             + ("; its encoding is unfinished: build it again to resume" if unfinished else "") + ")")
         meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"path: {folder} has index format {meta.get('format_version')!r}; this version reads {FORMAT_VERSION}")
+        if meta.get("format_version") not in (1, FORMAT_VERSION):
+            raise ValueError(f"path: {folder} has index format {meta.get('format_version')!r}; this version reads 1 and {FORMAT_VERSION}")
+        if meta["format_version"] >= 2 and (read_manifest(folder) or {}).get("rows_done") != meta["documents"]:
+            raise ValueError(f"path: {folder} is damaged: its {MANIFEST_FILE} does not record {meta['documents']} encoded documents")
         return meta
 
     @classmethod
-    def load(cls, path: str | Path, model, *, backend: Backend | None = None, index_type: IndexType | None = None) -> CorpusIndex:
+    def load(cls, path: str | Path, model, *, backend: Backend | None = None, index_type: IndexType | None = None,
+             nprobe: int = DEFAULT_NPROBE, ef_search: int = DEFAULT_EF_SEARCH) -> CorpusIndex:
         """A saved index, for ``model``: a ``ValueError`` if ``model`` is not the one that built it
         (its weights differ by as much as one bit, or its probe embedding differs), or if the index
-        records no fingerprint of its model's weights (saved by an earlier version: cannot be checked)."""
+        records no fingerprint of its model's weights (saved by an earlier version: cannot be checked).
+        ``backend`` and ``index_type`` both None: searched as saved; else as :meth:`build` chooses.
+        The embeddings are memory-mapped, not read into memory."""
         folder = Path(path).expanduser()
         meta = cls.read_meta(folder)
         rebuild = "Rebuild it with this model: pass --overwrite (in Python: CorpusIndex.build(...).save(path, overwrite=True))"
@@ -255,9 +347,11 @@ class CorpusIndex:
                              f"({meta.get('model') or 'unnamed'}, dimension {meta['dimension']}; its weights or its embeddings "
                              f"differ from this model's), so its document embeddings do not match this model's queries. {rebuild}")
         documents = [json.loads(line) for line in open(folder / DOCUMENTS_FILE, encoding="utf-8") if line.strip()]
-        embeddings = torch.from_numpy(np.load(folder / EMBEDDINGS_FILE))
-        index = cls(model, [d["id"] for d in documents], [d["text"] for d in documents], embeddings,
-                    backend or meta["backend"], index_type or meta["index_type"], probe=probe)
+        embeddings = torch.from_numpy(np.load(folder / EMBEDDINGS_FILE, mmap_mode="c"))
+        if backend is None and index_type is None:
+            backend, index_type = meta["backend"], meta["index_type"]
+        index = cls(model, [d["id"] for d in documents], [d["text"] for d in documents], embeddings, backend,
+                    index_type or "auto", probe=probe, nprobe=nprobe, ef_search=ef_search, folder=folder)
         if index.fingerprint != meta["fingerprint"]:
             raise ValueError(f"path: {folder} is damaged: its documents do not match its fingerprint")
         return index

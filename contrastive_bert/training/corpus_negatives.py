@@ -100,6 +100,7 @@ def mine_training_rows(
     max_samples: int | None = None,
     store: str | Path | None = None,
     show_progress_bar: bool = False,
+    embeddings_dir: str | Path | None = None,
 ) -> tuple[datasets.Dataset, list, dict[str, Any]]:
     """``(rows, callbacks, report)``: ``(anchor, positive, negative_1..)`` rows of the retrieval
     sets ``names`` (each loaded by ``load(name)``, a :class:`~contrastive_bert.data.beir.RetrievalData`),
@@ -108,7 +109,10 @@ def mine_training_rows(
 
     ``store``: a folder (a run's ``mined/``) that keeps each data set's rows once mined
     (``save_to_disk``) and gives them back instead of mining again (``--resume`` after an interruption).
-    ``show_progress_bar``: bars while the corpus and the queries are encoded and searched."""
+    ``show_progress_bar``: bars while the corpus and the queries are encoded and searched.
+    ``embeddings_dir``: a folder keeping each corpus's embeddings by ``model``
+    (:func:`~contrastive_bert.embedding_store.encode_corpus`: an interrupted encoding resumes, and
+    a scorer given the same folder reads them back instead of encoding the corpus again)."""
     from contrastive_bert.training.corpus_refresh import CorpusNegativeRefresh
 
     check_corpus_negative_datasets(names)
@@ -126,7 +130,7 @@ def mine_training_rows(
             rows, report[name] = saved
             logger.info("corpus negatives of %s: %d rows mined before, read from %s", name, len(rows), folder)
         else:
-            rows, report[name] = _mine_one(model, name, data, config, options, show_progress_bar)
+            rows, report[name] = _mine_one(model, name, data, config, options, show_progress_bar, embeddings_dir)
             if folder is not None:
                 save_mined_rows(folder, rows, report[name], settings)
         rows = _sample(rows, seed, max_samples)
@@ -146,7 +150,7 @@ def mine_training_rows(
 
 
 def _mine_one(model, name: str, data, config: CorpusNegatives, options: dict[str, Any],
-              show_progress_bar: bool) -> tuple[datasets.Dataset, dict[str, Any]]:
+              show_progress_bar: bool, embeddings_dir: str | Path | None = None) -> tuple[datasets.Dataset, dict[str, Any]]:
     """``(rows, report)`` of one retrieval set: its mined rows, or its plain pairs when too few
     pairs kept a negative and ``config.fallback`` is ``"pairs"`` (unshuffled, uncut)."""
     from contrastive_bert.corpus_mining import mine_corpus_negatives
@@ -154,7 +158,7 @@ def _mine_one(model, name: str, data, config: CorpusNegatives, options: dict[str
     start = time.perf_counter()
     logger.info("corpus negatives of %s: mining with the model about to be trained", name)
     try:
-        rows, mined = mine_corpus_negatives(model, data, "train", return_report=True,
+        rows, mined = mine_corpus_negatives(model, data, "train", return_report=True, embeddings_dir=embeddings_dir,
                                             show_progress_bar=show_progress_bar, **options)
         kept, pairs = mined.kept, mined.pairs
     except ValueError as error:  # no pair kept a negative

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,8 @@ from contrastive_bert.training.output_dir import (
 from contrastive_bert.training.recipe import RECIPE_FILE, TrainingRecipe
 
 logger = logging.getLogger(__name__)
+
+CORPUS_EMBEDDINGS = "embeddings"  # under mined/: the untrained model's corpus embeddings, while mining and scoring use them
 
 
 class NothingTrained(ValueError):
@@ -272,15 +275,16 @@ def evaluation_data(recipe: TrainingRecipe, run_data=None) -> dict:
     return data
 
 
-def evaluate_recipe_tasks(model, recipe: TrainingRecipe, data: dict | None = None) -> dict:
+def evaluate_recipe_tasks(model, recipe: TrainingRecipe, data: dict | None = None, embeddings_dir: Path | None = None) -> dict:
     """Scores on ``recipe.eval_tasks`` (test split) of ``data`` (default: :func:`evaluation_data`);
-    {} for no tasks or ``max_eval_samples`` 0."""
+    {} for no tasks or ``max_eval_samples`` 0. ``embeddings_dir``: where ``model``'s corpus
+    embeddings are kept (a retrieval task reads them back, or keeps its own there)."""
     from contrastive_bert.evaluation.tasks import evaluate_tasks
 
     if not recipe.eval_tasks or recipe.max_eval_samples == 0:
         return {}
     data = evaluation_data(recipe) if data is None else data
-    return evaluate_tasks(model, recipe.eval_tasks, data_dir=recipe.data_dir, data=data)
+    return evaluate_tasks(model, recipe.eval_tasks, data_dir=recipe.data_dir, data=data, embeddings_dir=embeddings_dir)
 
 
 def train(recipe: TrainingRecipe, callbacks: list | None = None) -> TrainingOutcome:
@@ -309,7 +313,6 @@ def _train_checked(recipe: TrainingRecipe, entry, checkpoint: str | None, callba
         logger.info("resume: %s finished already (step %s); nothing to do", recipe.output_dir, results.get("global_step"))
         return TrainingOutcome(None, str(recipe.output_dir), results.get("before", {}), results.get("after", {}),
                                train_seconds=results.get("train_seconds", 0.0), already_finished=True)
-    from contrastive_bert.embeddings import reuse_encodings
     from contrastive_bert.models import load_model
     from contrastive_bert.training.model_card import note_custom_modules
     from contrastive_bert.training.task_evaluator import TaskEvaluator
@@ -337,29 +340,34 @@ def _train_checked(recipe: TrainingRecipe, entry, checkpoint: str | None, callba
         clear_run(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     write_json(output_dir / RECIPE_FILE, recipe.recorded())  # before mining: an interrupted run can be resumed
-    with reuse_encodings():  # the model is untouched until training: mining and the before-scores share one corpus encoding
-        if recipe.corpus_negatives is not None:  # mined by the model about to be trained (and refreshed: ANCE)
-            from contrastive_bert.training.corpus_negatives import CorpusNegatives, mine_training_rows
+    # The untrained model's corpus embeddings (mining's): the before-scores read them back instead of
+    # encoding the corpus again (kept on disk by model weights and corpus, so an interrupted encoding
+    # resumes); removed once both are done.
+    embeddings_dir = output_dir / MINED_ROWS / CORPUS_EMBEDDINGS if recipe.corpus_negatives is not None else None
+    if recipe.corpus_negatives is not None:  # mined by the model about to be trained (and refreshed: ANCE)
+        from contrastive_bert.training.corpus_negatives import CorpusNegatives, mine_training_rows
 
-            store = output_dir / MINED_ROWS  # each data set's rows kept once mined, read back by --resume
-            store.mkdir(exist_ok=True)
-            train_dataset, refresh, mining = mine_training_rows(
-                model, recipe.datasets, CorpusNegatives.from_field(recipe.corpus_negatives), run_data.__getitem__,
-                seed=recipe.seed, max_samples=recipe.max_train_samples, store=store,
-                show_progress_bar=logger.isEnabledFor(logging.INFO))
-            callbacks += refresh
-            try:
-                check_enough_rows(train_dataset, recipe, entry.batch_sampler)
-            except ValueError as error:
-                raise ValueError(f"{error} ({output_dir} keeps the recorded recipe and the mined rows: "
-                                 f"start again there with --overwrite)") from None
+        store = output_dir / MINED_ROWS  # each data set's rows kept once mined, read back by --resume
+        store.mkdir(exist_ok=True)
+        train_dataset, refresh, mining = mine_training_rows(
+            model, recipe.datasets, CorpusNegatives.from_field(recipe.corpus_negatives), run_data.__getitem__,
+            seed=recipe.seed, max_samples=recipe.max_train_samples, store=store,
+            show_progress_bar=logger.isEnabledFor(logging.INFO), embeddings_dir=embeddings_dir)
+        callbacks += refresh
+        try:
+            check_enough_rows(train_dataset, recipe, entry.batch_sampler)
+        except ValueError as error:
+            raise ValueError(f"{error} ({output_dir} keeps the recorded recipe and the mined rows: "
+                             f"start again there with --overwrite)") from None
 
-        before_file = output_dir / SCORES_BEFORE_FILE
-        if checkpoint and before_file.is_file():
-            before = json.loads(before_file.read_text())
-        else:
-            before = evaluate_recipe_tasks(model, recipe, eval_data)
-            write_json(before_file, before)
+    before_file = output_dir / SCORES_BEFORE_FILE
+    if checkpoint and before_file.is_file():
+        before = json.loads(before_file.read_text())
+    else:
+        before = evaluate_recipe_tasks(model, recipe, eval_data, embeddings_dir=embeddings_dir)
+        write_json(before_file, before)
+    if embeddings_dir is not None:
+        shutil.rmtree(embeddings_dir, ignore_errors=True)
 
     loss = entry.build(model, train_dataset, recipe)
     start = time.perf_counter()

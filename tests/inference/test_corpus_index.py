@@ -178,3 +178,22 @@ def test_an_index_without_the_weights_fingerprint_is_refused(tiny_model, tmp_pat
     (folder / "index.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="records no fingerprint of the weights .*--overwrite"):
         CorpusIndex.load(folder, copy.deepcopy(tiny_model))
+
+
+def test_an_index_folder_is_a_store_and_a_first_version_index_still_loads(tiny_model, tmp_path):
+    """A built-into folder holds the embeddings as a store (manifest with the weights and the corpus
+    fingerprint), memory-mapped at load; an index saved before the store (no manifest) still loads."""
+    import json
+
+    from contrastive_bert.embedding_store import read_manifest
+
+    folder = tmp_path / "index"
+    built = CorpusIndex.build(tiny_model, DOCS, folder=folder, model_name="tiny")
+    manifest = read_manifest(folder)
+    assert manifest["rows_done"] == 4 and manifest["corpus"] == built.fingerprint and built.encoded_rows == 4
+    loaded = CorpusIndex.load(folder, copy.deepcopy(tiny_model))
+    assert torch.equal(loaded.embeddings, built.embeddings) and loaded.search("north", top_k=2) == built.search("north", top_k=2)
+    (folder / "manifest.json").unlink()
+    meta = json.loads((folder / "index.json").read_text())
+    (folder / "index.json").write_text(json.dumps({**meta, "format_version": 1}))
+    assert CorpusIndex.load(folder, copy.deepcopy(tiny_model)).ids == list(DOCS)
