@@ -65,7 +65,7 @@ TOTAL_BATCH = 64
 ACCUMULATION = TOTAL_BATCH // MICRO_BATCH
 LR = (5e-5, 2e-5)  # the recipes' rate first: it wins ties
 NOTHING_LEFT = 10  # exit status under --max-runs when every planned run is done (ends a shell loop)
-TIMING_STEPS = 6  # optimizer steps of each method in the timing pass (the first one, warm-up, not counted)
+TIMING_STEPS = 4  # optimizer steps of each method in the timing pass (the first one, warm-up, not counted)
 ROWS = "corpus_mined"
 
 PROTOCOLS = {
