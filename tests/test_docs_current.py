@@ -5,7 +5,6 @@ and the renderer's pieces give the values they should."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,6 @@ import pytest
 from contrastive_bert.data.spec import DatasetSpec, MtebCard
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))  # the renderer's modules live there, beside the script
 
 import render_data_cards  # noqa: E402
 import render_docs  # noqa: E402

@@ -5,14 +5,11 @@ retrieval rows from a hand-written verdict (issue 38, item 5)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))  # the renderer's modules live there, beside the script
 
 from render_readme import retrieval_standing, standings_table  # noqa: E402
 from render_values import Results  # noqa: E402

@@ -3,12 +3,9 @@ memory_budget.json: the figures they must show are written here by hand."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))  # the renderer's modules live there, beside the script
 
 import render_readme  # noqa: E402
 from render_values import Results  # noqa: E402

@@ -4,14 +4,11 @@ entries mapping it draws exactly the markdown expected, and a Table reads its en
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "scripts") not in sys.path:
-    sys.path.insert(0, str(ROOT / "scripts"))  # the renderer's modules live there, beside the script
 
 from render_table import Column, Table, benchmark_table, cell, per_key  # noqa: E402
 from render_values import Results  # noqa: E402
