@@ -19,10 +19,11 @@ def _stat(*values):
 
 def _results(seeds_ours=(71.0,), seeds_theirs=(70.0,), pending=True, timing=None):
     diffs = [a - b for a, b in zip(seeds_ours, seeds_theirs)]
+    tried = {"configs_tried": 2 if not pending else 1, "configs_planned": 2}
     methods = {
-        "mnrl_accumulated": {"test": {"ndcg_at_10": _stat(69.0)}, "seconds_per_step": _stat(30.0)},
-        "queue_dual_step": {"test": {"ndcg_at_10": _stat(*seeds_ours)}, "seconds_per_step": _stat(31.0)},
-        "mnrl_large": {"test": {"ndcg_at_10": _stat(*seeds_theirs)}, "seconds_per_step": _stat(40.0)},
+        "mnrl_accumulated": {"test": {"ndcg_at_10": _stat(69.0)}, "seconds_per_step": _stat(30.0), "chosen_on_dev": tried},
+        "queue_dual_step": {"test": {"ndcg_at_10": _stat(*seeds_ours)}, "seconds_per_step": _stat(31.0), "chosen_on_dev": tried},
+        "mnrl_large": {"test": {"ndcg_at_10": _stat(*seeds_theirs)}, "seconds_per_step": _stat(40.0), "chosen_on_dev": tried},
     }
     verdict = {"baseline": "mnrl_large", "ours": "queue_dual_step", "pending": pending,
                "ours_minus_baseline": {**_stat(*diffs), "seeds": list(range(len(diffs))), "seeds_won": sum(d > 0 for d in diffs)}}
@@ -51,8 +52,9 @@ def test_the_paragraph_with_the_timing_pass_and_a_verdict():
 
 def test_the_standing_row_says_seeds_pending_until_it_has_three():
     row = render_readme.memory_budget_standing(_results())
+    assert "chosen on dev among the learning rates run so far" in row[0]
     assert row[1] == "MNRL, batch 64, large memory 70.00 ± 0.00 (1)"
     assert row[2] == "`queue_infonce`, 8 x 8, dual bank per step (ContAccum) 71.00 ± 0.00 (1)"
     assert row[3] == "+1.00 at seed 0, paired (seeds pending)"
     done = render_readme.memory_budget_standing(_results((71.0, 72.0, 70.0), (70.0, 70.0, 71.0), pending=False))
-    assert done[3] == "+0.67 ± 1.53, 2 of 3 seeds"
+    assert done[3] == "+0.67 ± 1.53, 2 of 3 seeds" and "(dev-chosen;" in done[0]
