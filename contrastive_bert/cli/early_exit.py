@@ -222,7 +222,8 @@ def _run_sweep(args: argparse.Namespace) -> int:
 
     dev, test = _dev_and_test(args)  # before the model loads
     model = load_multi_exit_model(args.model, device=args.device)
-    swept = sweep_thresholds(model, dev["text"], dev["label"], settings, args.batch_size, regroup=args.regroup)
+    swept = sweep_thresholds(model, dev["text"], dev["label"], settings, args.batch_size, regroup=args.regroup,
+                             show_progress_bar=logging.getLogger("contrastive_bert").isEnabledFor(logging.INFO))
     choice = choose_exit_setting(swept, args.max_accuracy_loss)
     result = {"dataset": args.dataset, "split": args.split, "max_accuracy_loss": args.max_accuracy_loss,
               "dev": {"split": "validation", "rows": len(dev), "batch_size": args.batch_size, **swept},

@@ -334,12 +334,14 @@ def sweep_thresholds(
     truncated_depths: Sequence[int] = (),
     repeats: int = 1,
     regroup: bool = True,
+    show_progress_bar: bool = False,
 ) -> dict[str, Any]:
     """Accuracy (percent), throughput (sentences/s), CPU throughput (sentences per CPU-second)
     and average layers of the full model, of each early-exit setting ``(criterion, threshold)``,
     and of the model truncated to each depth in ``truncated_depths``; all measured in this call.
     With ``repeats`` > 1 the fastest of the repeated timings is kept (predictions are identical).
     ``regroup``: early exit regroups running rows across batches (see :class:`EarlyExitClassifier`).
+    ``show_progress_bar``: a tqdm bar over the settings measured (minutes on a CPU for a dev split).
 
     Returns ``{"full": {...}, "truncated": [{"depth", ...}, ...], "sweep": [{"criterion",
     "threshold", "accuracy", "throughput", "cpu_throughput", "avg_layers"}, ...]}``.
@@ -352,8 +354,16 @@ def sweep_thresholds(
     for depth in truncated_depths:
         base.heads.exit(int(depth))
 
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=(1 + len(truncated_depths) + len(classifiers)) * repeats, desc="early-exit sweep", unit="run",
+               disable=not show_progress_bar)
+
     def measure(run: Callable[[], EarlyExitResult]) -> dict[str, float]:
-        results = [run() for _ in range(repeats)]
+        results = []
+        for _ in range(repeats):
+            results.append(run())
+            bar.update(1)
         best = min(results, key=lambda r: r.seconds)
         return {
             "accuracy": round(best.accuracy(labels), 2),
@@ -370,6 +380,7 @@ def sweep_thresholds(
             {"criterion": classifier.criterion.name, "threshold": classifier.threshold,
              **measure(lambda: classifier.predict(texts))}
         )
+    bar.close()
     return out
 
 

@@ -198,6 +198,18 @@ def test_truncated_and_sweep(multi_exit):
     assert [t["avg_layers"] for t in out["truncated"]] == [1.0, 2.0]
 
 
+def test_the_sweep_shows_its_progress_when_asked(multi_exit, capsys):
+    """A dev sweep runs for minutes: with ``show_progress_bar`` a bar counts the settings measured
+    (full model, each truncation, each setting), silent without it."""
+    labels = [0] * len(TEXTS)
+    settings = [("confidence", 0.5), ("margin", 1.0)]
+    sweep_thresholds(multi_exit, TEXTS, labels, settings, batch_size=4, truncated_depths=[1], show_progress_bar=True)
+    err = capsys.readouterr().err
+    assert "early-exit sweep" in err and "4/4" in err
+    sweep_thresholds(multi_exit, TEXTS, labels, settings, batch_size=4)
+    assert "early-exit sweep" not in capsys.readouterr().err
+
+
 def test_bad_input(multi_exit, tiny_model):
     for threshold in (-0.1, 1.5):
         with pytest.raises(ValueError, match="threshold"):
