@@ -1,4 +1,4 @@
-"""Every ``contrastive-bert`` command shown in README.md's "Command line" and "Labelled data"
+"""Every ``contrastive-bert`` command shown in README.md's "Command line", "Labelled data" and "Retrieval"
 sections runs through ``cli.main`` and exits 0.
 
 The commands are read from the README's ```bash blocks, so this test follows the README as it
@@ -36,8 +36,8 @@ SIX_LAYER_MODEL = "tiny-six-layers"  # multi-exit recipes put exits on layers 2-
 TEXTS = ["I still have not received my card", "What is the exchange rate today?", "My card was stolen"]
 
 
-def readme_commands(text: str) -> list[str]:
-    """``contrastive-bert ...`` lines of the ```bash blocks under the SECTIONS headings (continuations joined)."""
+def readme_commands(text: str, sections: tuple[str, ...] = SECTIONS) -> list[str]:
+    """``contrastive-bert ...`` lines of the ```bash blocks under the ``sections`` headings (continuations joined)."""
     commands, section, fence = [], None, None  # fence: the language of the open ``` block
     for line in text.splitlines():
         stripped = line.strip()
@@ -46,7 +46,7 @@ def readme_commands(text: str) -> list[str]:
             continue
         heading = re.match(r"(#{1,6})\s+(.*)", line) if fence is None else None
         if heading:
-            section = heading.group(2) if any(heading.group(2).startswith(s) for s in SECTIONS) else None
+            section = heading.group(2) if any(heading.group(2).startswith(s) for s in sections) else None
         elif fence == "bash" and section:
             if commands and commands[-1].endswith("\\"):
                 commands[-1] = commands[-1][:-1] + " " + stripped
@@ -163,3 +163,49 @@ def test_readme_command_runs(command, workspace, shared_data, readme_loader, mon
     except SystemExit as exit_info:  # --help
         code = exit_info.code
     assert code == 0, f"{command}\n-> contrastive-bert {shlex.join(argv)}"
+
+
+RETRIEVAL_COMMANDS = readme_commands(README.read_text(encoding="utf-8"), ("Retrieval",))
+BEIR_PLACEHOLDER = "path/to/my_beir_folder"
+RETRIEVAL_SETS = ("scifact", "nfcorpus")
+
+
+def adapt_retrieval(command: str, workspace: Path) -> list[str]:
+    """A README retrieval command as written, run from ``workspace`` (so a derived default output
+    folder lands there, as a user's would in their own folder): the placeholder BEIR folder is a
+    tiny one there, the recipe paths point into the repository, training gets tiny step counts,
+    ``eval`` caps its queries with its own ``--max-eval-samples``; SciFact and NFCorpus are tiny BEIR
+    folders too (a random tiny model scores all of SciFact within a positive's margin, so mining
+    would keep nothing; the real sets train in the slow tests and the benchmarks)."""
+    argv = shlex.split(command, comments=True)[1:]
+    argv = [str(workspace / "my_beir_folder") + arg[len(BEIR_PLACEHOLDER):] if arg.startswith(BEIR_PLACEHOLDER)
+            else str(README.parent / arg) if arg.startswith("scripts/") else arg for arg in argv]
+    for i, arg in enumerate(argv):  # the named retrieval sets: tiny BEIR folders (a random model mines nothing from SciFact)
+        if i and argv[i - 1] in ("--tasks", "--dataset", "--corpus", "--datasets"):
+            argv[i] = ",".join(str(workspace / name) if name in RETRIEVAL_SETS else name for name in arg.split(","))
+    if argv[0] == "train" and "--recipe" in argv:
+        _set(argv, "--datasets", str(workspace / "scifact"))  # the recipe's own data set, as a tiny folder
+    if argv[0] == "train":
+        for flag, value in {**TINY_TRAIN, "--max-seq-length": "32", "--batch-size": "2"}.items():  # tiny BERT, tiny folders
+            if flag != "--model":
+                _set(argv, flag, value)
+    elif argv[0] == "eval":
+        _set(argv, "--max-eval-samples", "20")
+    return argv
+
+
+def test_the_readme_retrieval_block_runs_top_to_bottom_as_written(tmp_path, shared_data, readme_loader, monkeypatch):
+    """Issue 40: the block once failed as written (two lines wrote the same default folder). Every
+    line of it, in order, in one folder, exits 0; the two trainings of the BEIR folder land in
+    different folders."""
+    from conftest import make_beir_folder
+
+    assert any(BEIR_PLACEHOLDER in c and "train" in c for c in RETRIEVAL_COMMANDS)
+    monkeypatch.setenv("CONTRASTIVE_BERT_DATA", str(shared_data))
+    monkeypatch.chdir(tmp_path)
+    for name in ("my_beir_folder", *RETRIEVAL_SETS):
+        make_beir_folder(tmp_path / name)
+    for command in RETRIEVAL_COMMANDS:
+        argv = adapt_retrieval(command, tmp_path)
+        assert main(argv) == 0, f"{command}\n-> contrastive-bert {shlex.join(argv)}"
+    assert (tmp_path / "output" / "my_beir_folder-mnrl" / "final").is_dir() and (tmp_path / "output" / "my-pairs" / "final").is_dir()
