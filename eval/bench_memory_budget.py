@@ -53,7 +53,7 @@ from contrastive_bert.benchmarking import RunLog, add_common_arguments, mean_std
 from contrastive_bert.training import retrieval_runs
 from contrastive_bert.benchmarking.arguments import DRY_RUN_STEPS
 from contrastive_bert.benchmarking.protocol import Grid, Method, Run, choose_on_dev, paired_difference
-from contrastive_bert.training.retrieval_runs import METRICS, ROWS_CACHE, PeakMemory, RetrievalProtocol, TrainingRows
+from contrastive_bert.training.retrieval_runs import METRICS, PeakMemory, RetrievalProtocol, TrainingRows
 from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
 from contrastive_bert.training.queue_probe import QueueNegativeProbe
 from contrastive_bert.training.step_timer import StepTimer
@@ -349,11 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser, output=RESULTS / "memory_budget.json", run_log=RESULTS / "memory_budget_runs.jsonl",
                          seeds=[0, 1, 2], methods=list(METHODS))
-    parser.add_argument("--max-runs", type=int, default=None,
-                        help="stop after this many trained runs (a shell loop of --max-runs 1 picks up code changes between runs)")
-    parser.add_argument("--rows-cache", default=str(ROWS_CACHE), type=lambda text: None if text == "none" else text, metavar="DIR",
-                        help=f"keep mined training rows here between runs ('none': mine in every run) (default: {ROWS_CACHE})")
-    parser.add_argument("--settings", default="scifact,nfcorpus_cpu", help=f"comma-separated among {', '.join(SETTINGS)}")
+    retrieval_runs.add_run_arguments(parser, SETTINGS)
     parser.add_argument("--timing", action="store_true",
                         help=f"the timing pass instead of the grid: every method not yet timed, {TIMING_STEPS} optimizer steps each, "
                              "back to back in this process (run it on a quiet machine)")
@@ -364,10 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.model != "default" and Path(args.run_log) == RESULTS / "memory_budget_runs.jsonl":
         raise ValueError("--model: another model's runs go to their own files; give --output and --run-log too")
     budget = setup_from_args(args)
-    settings = [s for s in args.settings.split(",") if s]
-    unknown = [s for s in settings if s not in SETTINGS]
-    if unknown:
-        raise ValueError(f"--settings: unknown {unknown}; expected some of {list(SETTINGS)}")
+    settings = retrieval_runs.chosen_settings(args, SETTINGS)
     methods = selected(args, list(METHODS))
     log = RunLog(args.run_log)
     output = Path(args.output)

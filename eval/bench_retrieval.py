@@ -65,7 +65,6 @@ from contrastive_bert.training.retrieval_runs import (
     CORPUS_MINER,
     MAX_SEQ_LENGTH,
     METRICS,
-    ROWS_CACHE,
     RetrievalProtocol,
     TrainingRows,
 )
@@ -501,18 +500,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser, output=RESULTS / "retrieval_quality.json", run_log=RESULTS / "retrieval_quality_runs.jsonl",
                          seeds=[0, 1, 2], methods=list(METHODS))
-    parser.add_argument("--max-runs", type=int, default=None,
-                        help="stop after this many trained runs (a shell loop of --max-runs 1 picks up code changes between runs)")
-    parser.add_argument("--rows-cache", default=str(ROWS_CACHE), type=lambda text: None if text == "none" else text, metavar="DIR",
-                        help=f"keep mined training rows here between runs ('none': mine in every run) (default: {ROWS_CACHE})")
-    parser.add_argument("--settings", default="scifact,nfcorpus_cpu",
-                        help=f"comma-separated settings among {', '.join(SETTINGS)} (default: scifact,nfcorpus_cpu)")
+    retrieval_runs.add_run_arguments(parser, SETTINGS)
     args = parser.parse_args(argv)
     budget = setup_from_args(args)
-    settings = [s for s in args.settings.split(",") if s]
-    unknown = [s for s in settings if s not in SETTINGS]
-    if unknown:
-        raise ValueError(f"--settings: unknown {unknown}; expected some of {list(SETTINGS)}")
+    settings = retrieval_runs.chosen_settings(args, SETTINGS)
     methods = selected(args, list(METHODS))
     log = RunLog(args.run_log)
     output = Path(args.output)

@@ -15,7 +15,7 @@ import os
 import resource
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "CORPUS_MINER", "MAX_SEQ_LENGTH", "ROWS_CACHE", "PeakMemory", "RetrievalProtocol", "TrainingRows",
-    "base_model", "base_model_files", "peak_rss_mb", "relevance_by_text_id", "rows_cache_folder", "score",
+    "add_run_arguments", "base_model", "base_model_files", "chosen_settings", "peak_rss_mb", "relevance_by_text_id",
+    "rows_cache_folder", "score",
 ]
 
 MAX_SEQ_LENGTH = 256
@@ -50,6 +51,25 @@ class RetrievalProtocol:
     follows: str | None = None
     note: str = ""
     dev_queries: int = 0  # queries judged in the dev split (a test checks it against the data)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, settings: Sequence[str], default: str = "scifact,nfcorpus_cpu") -> None:
+    """The flags a retrieval benchmark's loop adds to the shared ones: ``--max-runs``, ``--rows-cache``, ``--settings``."""
+    parser.add_argument("--max-runs", type=int, default=None,
+                        help="stop after this many trained runs (a shell loop of --max-runs 1 picks up code changes between runs)")
+    parser.add_argument("--rows-cache", default=str(ROWS_CACHE), type=lambda text: None if text == "none" else text, metavar="DIR",
+                        help=f"keep mined training rows here between runs ('none': mine in every run) (default: {ROWS_CACHE})")
+    parser.add_argument("--settings", default=default,
+                        help=f"comma-separated settings among {', '.join(settings)} (default: {default})")
+
+
+def chosen_settings(args: argparse.Namespace, settings: Sequence[str]) -> list[str]:
+    """``--settings`` as a list, each one of ``settings`` (``ValueError`` naming the unknown ones)."""
+    chosen = [s for s in args.settings.split(",") if s]
+    unknown = [s for s in chosen if s not in settings]
+    if unknown:
+        raise ValueError(f"--settings: unknown {unknown}; expected some of {list(settings)}")
+    return chosen
 
 
 def base_model(device: str, name: str = "default"):
