@@ -133,6 +133,16 @@ def add_device_argument(parser: argparse.ArgumentParser) -> None:
                         help="torch device such as cpu, cuda or cuda:1 (default: the best available)")
 
 
+def add_index_arguments(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--index-type auto|flat|ivf|hnsw`` (``help``: what it searches, and how) and the two
+    approximate indexes' recall knobs ``--nprobe`` (IVF) and ``--ef-search`` (HNSW)."""
+    parser.add_argument("--index-type", choices=("auto", "flat", "ivf", "hnsw"), default="auto", help=help)
+    parser.add_argument("--nprobe", type=positive_int, default=32, metavar="N",
+                        help="ivf: lists searched per query; raise it when recall is low (default: 32)")
+    parser.add_argument("--ef-search", type=positive_int, default=128, metavar="N",
+                        help="hnsw: candidates kept while searching; raise it when recall is low (default: 128)")
+
+
 def add_max_samples_argument(parser: argparse.ArgumentParser, help: str, old_names: tuple[str, ...] = ()) -> None:
     """``--max-samples N``: the one spelling of a row limit; ``old_names`` are earlier spellings,
     still accepted but hidden from ``--help``."""

@@ -17,12 +17,12 @@ from contrastive_bert.cli.arguments import (
     add_data_dir_argument,
     add_dataset_argument,
     add_device_argument,
+    add_index_arguments,
     add_max_samples_argument,
     add_model_argument,
     add_overwrite_argument,
     add_split_argument,
     check_output,
-    positive_int,
     replace_output,
 )
 
@@ -73,13 +73,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="row layout of the mined data set, as in sentence-transformers' mine_hard_negatives (default: triplet)")
     add_batch_size_argument(parser, default=64)
     parser.add_argument("--no-faiss", action="store_true", help="exact torch search instead of FAISS")
-    parser.add_argument("--index-type", choices=("auto", "flat", "ivf", "hnsw"), default="auto",
-                        help="retrieval data sets: the index searched; auto: exact up to 200,000 documents, FAISS HNSW above "
+    add_index_arguments(parser, "retrieval data sets: the index searched; auto: exact up to 200,000 documents, FAISS HNSW above "
                         "(an approximate index logs its recall@100 against exact search on 100 sample queries) (default: auto)")
-    parser.add_argument("--nprobe", type=positive_int, default=32, metavar="N",
-                        help="ivf: lists searched per query; raise it when recall is low (default: 32)")
-    parser.add_argument("--ef-search", type=positive_int, default=128, metavar="N",
-                        help="hnsw: candidates kept while searching; raise it when recall is low (default: 128)")
     parser.add_argument("--embeddings-dir", default=None, metavar="DIR",
                         help="retrieval data sets: keep the corpus embeddings in DIR (a rerun with the same model reads them; "
                         "default: OUTPUT.embeddings, removed when mining ends, so an interrupted run resumes its encoding)")

@@ -21,6 +21,7 @@ from contrastive_bert.cli.arguments import (
     add_batch_size_argument,
     add_data_dir_argument,
     add_device_argument,
+    add_index_arguments,
     add_model_argument,
     add_output_argument,
     add_overwrite_argument,
@@ -55,13 +56,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="folder of the encoded corpus: written when absent, loaded when present (same model and corpus)")
     parser.add_argument("--backend", choices=("exact", "faiss"), default=None,
                         help="exact torch search (the scorer's) or a FAISS index (default: exact, FAISS for an approximate index)")
-    parser.add_argument("--index-type", choices=("auto", "flat", "ivf", "hnsw"), default="auto",
-                        help="auto: exact search up to 200,000 documents, FAISS HNSW above; flat: exact; ivf, hnsw: "
+    add_index_arguments(parser, "auto: exact search up to 200,000 documents, FAISS HNSW above; flat: exact; ivf, hnsw: "
                         "approximate FAISS indexes (with --backend faiss), their recall@100 against exact search printed (default: auto)")
-    parser.add_argument("--nprobe", type=positive_int, default=32, metavar="N",
-                        help="ivf: lists searched per query; raise it when recall is low (default: 32)")
-    parser.add_argument("--ef-search", type=positive_int, default=128, metavar="N",
-                        help="hnsw: candidates kept while searching; raise it when recall is low (default: 128)")
     add_output_argument(parser, "also write the hits: .jsonl (one line per query) or .trec (a TREC run file)")
     add_overwrite_argument(parser)
     add_batch_size_argument(parser, default=64)
