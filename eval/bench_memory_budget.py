@@ -52,6 +52,7 @@ import torch
 from contrastive_bert.benchmarking import RunLog, add_common_arguments, mean_std, selected, setup_from_args, write_results
 from contrastive_bert.training import retrieval_runs
 from contrastive_bert.benchmarking.arguments import DRY_RUN_STEPS
+from contrastive_bert.benchmarking.plan_loop import NOTHING_LEFT, run_plan  # noqa: F401 (NOTHING_LEFT: the loop's exit status)
 from contrastive_bert.benchmarking.protocol import Grid, Method, Run, choose_on_dev, paired_difference
 from contrastive_bert.training.retrieval_runs import METRICS, PeakMemory, RetrievalProtocol, TrainingRows
 from contrastive_bert.training import TrainingRecipe, fit, get_loss_entry
@@ -64,7 +65,6 @@ MICRO_BATCH = 8
 TOTAL_BATCH = 64
 ACCUMULATION = TOTAL_BATCH // MICRO_BATCH
 LR = (5e-5, 2e-5)  # the recipes' rate first: it wins ties
-NOTHING_LEFT = 10  # exit status under --max-runs when every planned run is done (ends a shell loop)
 TIMING_STEPS = 4  # optimizer steps of each method in the timing pass (the first one, warm-up, not counted)
 ROWS = "corpus_mined"
 
@@ -394,36 +394,19 @@ def main(argv: list[str] | None = None) -> int:
         write_summary()
         return 0
     plan = grid(settings, args.seeds)
-    runs = 0
-    while True:
-        todo = plan.plan(log.of_mode(args.dry_run), methods)
-        if not todo:
-            logger.info("every planned run is in the log")
-            write_summary()
-            return NOTHING_LEFT if args.max_runs is not None else 0
-        if args.max_runs is not None and runs >= args.max_runs:
-            break
-        run = todo[0]
+
+    def make(run: Run) -> dict:
         untrained = run_key(run.setting, "untrained", 0, 0)
         if untrained not in log.of_mode(args.dry_run):
             log.append(untrained, _untrained(run.setting, ctx))
             write_summary()
-        if not budget.allows(run.method):
-            logger.info("stopping: the wall-clock limit leaves too little for %s", run.method)
-            break
-        key = run_key(run.setting, run.method, run.config, run.seed)
-        logger.info("run %s", key)
-        with budget.timed(run.method):
-            record = run_one(run.setting, run.method, plan.options(log, run.setting, METHODS[run.method], run.config),
-                             run.config, run.seed, ctx)
-        log.append(key, record)
-        logger.info("%s: dev nDCG@10 %.2f, test %.2f (%.0f s, %.2f s/step, peak %.0f MiB)", key, record["dev"]["ndcg_at_10"],
-                    record["test"]["ndcg_at_10"], record["train_seconds"], record["seconds_per_step"], record["memory"]["peak_mb"])
-        runs += 1
-        write_summary()
-    write_summary()
-    return 0
+        return run_one(run.setting, run.method, plan.options(log, run.setting, METHODS[run.method], run.config),
+                       run.config, run.seed, ctx)
 
+    return run_plan(plan, log, methods, args, budget, make, key=lambda run: run_key(run.setting, run.method, run.config, run.seed),
+                    write_summary=write_summary,
+                    report=lambda r: (f"dev nDCG@10 {r['dev']['ndcg_at_10']:.2f}, test {r['test']['ndcg_at_10']:.2f} "
+                                      f"({r['train_seconds']:.0f} s, {r['seconds_per_step']:.2f} s/step, peak {r['memory']['peak_mb']:.0f} MiB)"))
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -59,6 +59,7 @@ from contrastive_bert.benchmarking import (
     setup_from_args,
     write_results,
 )
+from contrastive_bert.benchmarking.plan_loop import NOTHING_LEFT, run_plan  # noqa: F401 (NOTHING_LEFT: the loop's exit status)
 from contrastive_bert.benchmarking.protocol import Grid, Method, Run, choose_on_dev, paired_difference
 from contrastive_bert.training import retrieval_runs
 from contrastive_bert.training.retrieval_runs import (
@@ -91,7 +92,6 @@ PROTOCOLS = {
 }
 SETTINGS = tuple(PROTOCOLS)
 LR = (2e-5, 5e-5)
-NOTHING_LEFT = 10  # exit status under --max-runs when every planned run is done (ends a shell loop)
 
 
 def method(name: str, loss: str, baseline: bool, configs: tuple[dict[str, Any], ...], rows: str = "pairs",
@@ -535,30 +535,10 @@ def main(argv: list[str] | None = None) -> int:
                 log.append(key, _untrained(setting, ctx))
             write_summary()
     plan = grid(settings, args.seeds)
-    runs = 0
-    while True:
-        todo = plan.plan(log.of_mode(args.dry_run), methods)
-        if not todo:
-            logger.info("every planned run is in the log")
-            write_summary()
-            return NOTHING_LEFT if args.max_runs is not None else 0
-        if args.max_runs is not None and runs >= args.max_runs:
-            break
-        setting, name, config, seed = todo[0].setting, todo[0].method, todo[0].config, todo[0].seed
-        if not budget.allows(name):
-            logger.info("stopping: the wall-clock limit leaves too little for %s", name)
-            break
-        logger.info("run %s", run_key(setting, name, config, seed))
-        with budget.timed(name):
-            record = run_one(setting, name, config, seed, ctx)
-        log.append(run_key(setting, name, config, seed), record)
-        logger.info("%s: dev nDCG@10 %.2f, test %.2f (%.0f s)", run_key(setting, name, config, seed),
-                    record["dev"]["ndcg_at_10"], record["test"]["ndcg_at_10"], record["train_seconds"])
-        runs += 1
-        write_summary()
-    write_summary()
-    return 0
-
+    return run_plan(plan, log, methods, args, budget, lambda run: run_one(run.setting, run.method, run.config, run.seed, ctx),
+                    key=lambda run: run_key(run.setting, run.method, run.config, run.seed), write_summary=write_summary,
+                    report=lambda r: (f"dev nDCG@10 {r['dev']['ndcg_at_10']:.2f}, test {r['test']['ndcg_at_10']:.2f} "
+                                      f"({r['train_seconds']:.0f} s)"))
 
 if __name__ == "__main__":
     raise SystemExit(main())
