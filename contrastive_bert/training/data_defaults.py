@@ -9,11 +9,14 @@ be and where it is written, when the recipe file and the flags leave them out.
 - ``output_dir`` is ``output/<data>-<loss>``, e.g. ``output/scifact-mnrl``;
 - retrieval sets trained by a loss on (anchor, positive[, negatives]) rows get one hard negative
   per pair mined from their own corpus (``corpus_negatives: {num_negatives: 1, fallback: pairs}``):
-  on SciFact mined rows beat the plain pairs by 2.4 dev / 3.4 test nDCG@10
-  (eval/results/retrieval_quality.json); where the corpus is too small to mine, the run trains on
-  the plain pairs and says so; with MNRL (the default loss) they also train on the schedule the
-  retrieval benchmark chose on SciFact's dev split for its recommended recipe (3 epochs at lr 5e-5:
-  dev 74.03 / test 74.10 against 72.92 / 71.16 at 2e-5), :data:`RETRIEVAL_SCHEDULE`.
+  on SciFact mined rows beat the plain pairs on dev and test nDCG@10
+  (``eval/results/retrieval_quality.json``: ``scifact.methods.mnrl_corpus_mined`` against
+  ``scifact.methods.mnrl``, each at its dev-chosen learning rate; docs/results.md#retrieval quotes
+  them); where the corpus is too small to mine, the run trains on the plain pairs and says so;
+  with MNRL (the default loss) they also train on the schedule the retrieval benchmark chose on
+  SciFact's dev split for its recommended recipe (3 epochs; the learning rate of
+  ``scifact.methods.mnrl_corpus_mined.options``, picked by
+  ``chosen_on_dev.dev_ndcg_at_10_by_config`` in the same file), :data:`RETRIEVAL_SCHEDULE`.
 
 Nothing here loads data: the task types come from the data sets' specs.
 """
