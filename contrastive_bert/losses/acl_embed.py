@@ -456,10 +456,9 @@ class ClassMixedBatchSampler(DefaultBatchSampler):
     runs out, so on imbalanced data the small classes are used up early and every epoch ends with
     batches of the two largest classes only (emotion, 16,000 rows: the last 156 of 478 batches are
     sadness and joy only). A label head trained on that order ends each epoch biased towards those two
-    classes: on frozen emotion embeddings a cosine head scores 62.0 dev accuracy after it (65.3
-    before the last epoch's two-class stretch) against 68.2 in shuffled order and 69.4 for logistic
-    regression, and predicts sadness/joy for 91% of the rows (63% gold). It also drops the largest
-    class's rows beyond the second largest's.
+    classes, and it drops the largest class's rows beyond the second largest's. ``eval/bench_acl.py``'s
+    ``emotion/full16k`` regime trains ACL-Embed both ways (``group_by_label`` twin) and probes each
+    run's embeddings with logistic regression (``eval/results/acl_quality.json``).
 
     Signature of a sentence-transformers batch sampler: pass the class as
     ``SentenceTransformerTrainingArguments(batch_sampler=ClassMixedBatchSampler)``.
