@@ -1,8 +1,8 @@
 """Write the pages whose figures come from files: README.md, docs/results.md and
 docs/results_archive.md from their templates and eval/results/*.json (the README's tables are its
 generated blocks, render_readme.py), and the data cards data/*.md from the data sets' DatasetSpec
-(render_data_cards.py). A figure is then written once, in its JSON or
-its spec, and cannot drift.
+(render_data_cards.py), and the recipes' comments scripts/recipes/*.yaml from scripts/recipes/comments/*.in
+(render_recipes.py). A figure is then written once, in its JSON or its spec, and cannot drift.
 
     python scripts/render_docs.py            # rewrite every page
     python scripts/render_docs.py --check    # exit 1 and name the pages that differ (CI)
@@ -30,6 +30,7 @@ from render_labels import (ACL_COST_LABELS, ACL_LABELS, ACL_OPTIONS, ACL_SHORT_L
                            EXIT_METHODS, GENERAL_LABELS, MEMORY_BUDGET_LABELS, PAIR_LABELS, QUEUE_MEMORY_LABELS, QUEUE_QUALITY_LABELS,
                            RETRIEVAL_LABELS, TOPK_LABELS, ZERO_SHOT_LABELS)
 from render_readme import paired, render_readme, table_acl_verdict  # noqa: F401 (table_acl_verdict: also a table of docs/results.md)
+from render_recipes import render_recipes
 from render_table import Column, Table, benchmark_table, cell, per_key
 from render_values import GENERATED, Results, fmt, is_stat, link, lookup, mean_of
 
@@ -458,6 +459,7 @@ def render_all(root: Path = ROOT) -> dict[Path, str]:
     text = GENERATED.format(source="eval/results/*.json", edit="docs/templates/README.md.in") + render_template(
         template.read_text(encoding="utf-8"), results)
     pages[root / "README.md"] = render_readme(text, results)
+    pages.update(render_recipes(results, root / "scripts" / "recipes"))  # the recipes' comments (scripts/render_recipes.py)
     return pages
 
 
