@@ -369,6 +369,11 @@ def _train_checked(recipe: TrainingRecipe, entry, checkpoint: str | None, callba
     if embeddings_dir is not None:
         shutil.rmtree(embeddings_dir, ignore_errors=True)
 
+    # A loss with parameters of its own (the acl loss's label head, the multi-exit heads) initialises
+    # them here, before the trainer seeds: seed first, or one seed gives a different run each time.
+    from transformers import set_seed
+
+    set_seed(recipe.seed)
     loss = entry.build(model, train_dataset, recipe)
     start = time.perf_counter()
     try:
