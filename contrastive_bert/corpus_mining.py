@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -87,6 +88,7 @@ def mine_corpus_negatives(
     ef_search: int = DEFAULT_EF_SEARCH,
     show_progress_bar: bool = False,
     return_report: bool = False,
+    devices: Sequence[str] | None = None,
 ) -> datasets.Dataset | tuple[datasets.Dataset, MiningReport]:
     """``(anchor, positive, negative_1..negative_n)`` rows for the (query, relevant document)
     pairs of ``split``.
@@ -104,7 +106,8 @@ def mine_corpus_negatives(
     torch); ``index_type``/``nprobe``/``ef_search``: the index
     (:class:`~contrastive_bert.vector_index.VectorIndex`; an approximate one has its recall@100
     logged, in the report's ``recall`` too). ``show_progress_bar``: bars for encoding
-    (documents, queries) and for the search.
+    (documents, queries) and for the search. ``devices``: the corpus is encoded on these, one
+    process each (:func:`~contrastive_bert.embedding_store.encode_corpus`).
     """
     if isinstance(num_negatives, bool) or not isinstance(num_negatives, int) or num_negatives < 1:
         raise ValueError(f"num_negatives: expected a positive integer, got {num_negatives!r}")
@@ -118,7 +121,8 @@ def mine_corpus_negatives(
     qrels = data.split(split)
     doc_ids = list(data.corpus)
     doc_index = {doc: i for i, doc in enumerate(doc_ids)}
-    corpus_embeddings = _corpus_rows(model, data, doc_ids, corpus_embeddings, embeddings_dir, batch_size, show_progress_bar)
+    corpus_embeddings = _corpus_rows(model, data, doc_ids, corpus_embeddings, embeddings_dir, batch_size, show_progress_bar,
+                                     devices)
     index = VectorIndex(corpus_embeddings, index_type, backend=backend, nprobe=nprobe, ef_search=ef_search)
     query_ids = sorted(qrels)
     logger.info("mine: encoding the %d %s queries", len(query_ids), split)
@@ -177,7 +181,7 @@ def mine_corpus_negatives(
 
 
 def _corpus_rows(model, data: RetrievalData, doc_ids: list[str], given, embeddings_dir, batch_size: int,
-                 show_progress_bar: bool) -> np.ndarray | torch.Tensor:
+                 show_progress_bar: bool, devices: Sequence[str] | None = None) -> np.ndarray | torch.Tensor:
     """(N, d) rows of the corpus in ``doc_ids`` order: ``given`` (checked), or encoded by ``model``
     (into ``embeddings_dir`` when given)."""
     texts = [data.corpus[d] for d in doc_ids]
@@ -193,4 +197,4 @@ def _corpus_rows(model, data: RetrievalData, doc_ids: list[str], given, embeddin
     logger.info("mine: encoding the %d documents of the corpus", len(doc_ids))
     folder = None if embeddings_dir is None else store_folder(embeddings_dir, corpus_fingerprint(doc_ids, texts))
     return encode_corpus(model, doc_ids, texts, folder=folder, batch_size=batch_size, if_other="replace",
-                         show_progress_bar=show_progress_bar).embeddings
+                         show_progress_bar=show_progress_bar, devices=devices).embeddings

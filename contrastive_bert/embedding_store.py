@@ -37,8 +37,8 @@ from contrastive_bert.embeddings import encode_normalized
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CHUNK_ROWS", "CorpusEmbeddings", "corpus_fingerprint", "encode_corpus", "read_manifest", "store_folder",
-           "weights_fingerprint", "write_store"]
+__all__ = ["CHUNK_ROWS", "CorpusEmbeddings", "check_devices", "corpus_fingerprint", "encode_corpus", "read_manifest",
+           "store_folder", "weights_fingerprint", "write_store"]
 
 #: Documents per encode call (and per resumable step of a store on disk).
 CHUNK_ROWS = 16_384
@@ -154,6 +154,27 @@ def _difference(manifest: dict[str, Any], identity: dict[str, Any]) -> str | Non
     return None
 
 
+def check_devices(devices: Sequence[str] | None, name: str = "devices") -> list[str] | None:
+    """``devices`` as a list of torch devices this machine has (None: none given), checked before
+    any model loads; a ``ValueError`` naming ``name`` for an empty list, a non-device, or a device
+    this machine lacks (``cuda:3`` with two GPUs)."""
+    if devices is None:
+        return None
+    expected = "a non-empty list of torch devices such as ['cuda:0', 'cuda:1'] or ['cpu', 'cpu']"
+    if isinstance(devices, str) or not isinstance(devices, Sequence) or not devices:
+        raise ValueError(f"{name}: expected {expected}, got {devices!r}")
+    from contrastive_bert.models import check_device
+
+    for device in devices:
+        if not isinstance(device, str) or not device.strip():
+            raise ValueError(f"{name}: expected {expected}, got {list(devices)!r}")
+        try:
+            check_device(device)
+        except ValueError as error:
+            raise ValueError(f"{name}: {str(error).removeprefix('device: ')}") from None
+    return list(devices)
+
+
 def _open_rows(folder: Path, manifest: dict[str, Any], mode: str) -> np.ndarray | None:
     """The store's array (``mode`` "r+" to write, "c" to read), None if it does not match its manifest."""
     try:
@@ -176,6 +197,7 @@ def encode_corpus(
     chunk_rows: int | None = None,
     if_other: Literal["refuse", "replace"] = "refuse",
     show_progress_bar: bool = False,
+    devices: Sequence[str] | None = None,
 ) -> CorpusEmbeddings:
     """``texts`` (ids ``ids``) encoded by ``model``, ``chunk_rows`` per encode call, as (N, d) rows.
 
@@ -188,6 +210,10 @@ def encode_corpus(
             ``ValueError`` naming ``overwrite``) or ``"replace"`` it (a cache folder).
         chunk_rows: documents per encode call and per resumable step (None: :data:`CHUNK_ROWS`).
         batch_size / show_progress_bar: for the encode calls (with several chunks, one bar over them).
+        devices: two or more: encode each chunk with sentence-transformers' multi-process pool, one
+            process per device (``["cuda:0", "cuda:1"]``, ``["cpu", "cpu"]``); one: encode in this
+            process on that device (where the model then stays, as ``model.encode(device=...)``
+            leaves it); None: on the model's device.
     """
     chunk_rows = CHUNK_ROWS if chunk_rows is None else chunk_rows
     ids, texts = [str(i) for i in ids], list(texts)
@@ -199,6 +225,10 @@ def encode_corpus(
         raise ValueError(f"chunk_rows: expected a positive int, got {chunk_rows!r}")
     if if_other not in ("refuse", "replace"):
         raise ValueError(f"if_other: expected 'refuse' or 'replace', got {if_other!r}")
+    devices = check_devices(devices)
+    if devices is not None and len(devices) > 1 and not callable(getattr(model, "start_multi_process_pool", None)):
+        raise ValueError(f"devices: {len(devices)} devices need a SentenceTransformer (its multi-process pool), "
+                         f"got a {type(model).__name__}")
     fingerprint = corpus_fingerprint(ids, texts)
     identity = _identity(model, fingerprint, len(ids), kind)
     weights = identity["model_weights"]
@@ -216,6 +246,7 @@ def encode_corpus(
         if manifest is not None and manifest["rows_done"] >= len(ids):
             rows = _open_rows(folder, manifest, "c")
             if rows is not None:
+                logger.info("embeddings at %s: all %d documents read back (encoded before)", folder, len(ids))
                 return CorpusEmbeddings(rows, fingerprint, weights, folder, 0)
             manifest = None
         if manifest is not None and manifest["rows_done"] > 0:
@@ -236,11 +267,17 @@ def encode_corpus(
     bar = tqdm(total=len(ids), initial=start, desc=f"Encoding {len(ids)} documents", unit="doc",
                disable=not (show_progress_bar and several))
     manifest = None
+    pool, home = None, None
+    options = {"device": devices[0]} if devices is not None and len(devices) == 1 else {}
     try:
         for begin in chunks:
+            if pool is None and devices is not None and len(devices) > 1:  # started once, for the chunks left
+                home = getattr(model, "device", None)
+                logger.info("encoding on %d devices, one process each: %s", len(devices), ", ".join(devices))
+                pool = options["pool"] = model.start_multi_process_pool(target_devices=devices)
             end = min(begin + chunk_rows, len(ids))
             rows = encode_normalized(model, texts[begin:end], kind=kind, batch_size=batch_size,
-                                     show_progress_bar=show_progress_bar and not several).numpy()
+                                     show_progress_bar=show_progress_bar and not several, **options).numpy()
             if array is None:
                 if folder is None and not several:
                     array = rows  # one chunk: the encoding is the array
@@ -259,6 +296,10 @@ def encode_corpus(
             bar.update(end - begin)
     finally:
         bar.close()
+        if pool is not None:  # also on an error or Ctrl-C: no worker outlives the call
+            model.stop_multi_process_pool(pool)
+        if home is not None:
+            model.to(home)  # starting the pool moved the model to the CPU
     encoded = len(ids) - start
     if folder is None:
         return CorpusEmbeddings(array, fingerprint, weights, None, encoded)

@@ -28,6 +28,8 @@ def encode_normalized(
     unique: bool = False,
     batch_size: int = 64,
     show_progress_bar: bool = False,
+    pool: dict | None = None,
+    device: str | None = None,
 ) -> torch.Tensor:
     """``(len(texts), d)`` float32 unit-norm embeddings on the CPU.
 
@@ -39,17 +41,21 @@ def encode_normalized(
         unique: encode each distinct text once and copy its row to every repeat; False encodes
             the texts as given (the batches mteb forms for a retrieval corpus).
         batch_size / show_progress_bar: passed to the model's encode call.
+        pool / device: passed to the encode call when given (a multi-process pool from
+            ``model.start_multi_process_pool``; the device to encode on).
     """
     if kind not in ("text", "query", "document"):
         raise ValueError(f"kind: expected 'text', 'query' or 'document', got {kind!r}")
     encode = model.encode if kind == "text" else getattr(model, f"encode_{kind}")
-    return _encode(encode, list(texts), unique, batch_size, show_progress_bar)
+    options = {name: value for name, value in (("pool", pool), ("device", device)) if value is not None}
+    return _encode(encode, list(texts), unique, batch_size, show_progress_bar, options)
 
 
-def _encode(encode, texts: list[str], unique: bool, batch_size: int, show_progress_bar: bool) -> torch.Tensor:
+def _encode(encode, texts: list[str], unique: bool, batch_size: int, show_progress_bar: bool,
+            options: dict | None = None) -> torch.Tensor:
     distinct = list(dict.fromkeys(texts)) if unique else texts
     embeddings = encode(distinct, batch_size=batch_size, convert_to_tensor=True, normalize_embeddings=True,
-                        show_progress_bar=show_progress_bar)
+                        show_progress_bar=show_progress_bar, **(options or {}))
     embeddings = torch.as_tensor(embeddings).float().cpu()
     if not unique:
         return embeddings

@@ -4,7 +4,8 @@ so every subcommand spells a flag, its help and its error the same way.
 The vocabulary: ``--model``; ``--data-dir``; ``--batch-size``; ``--output`` (a file) and
 ``--output-dir`` (a folder); ``--overwrite`` (the one rule for every output: an existing output is
 refused unless ``--overwrite``); ``--datasets`` (train: several), ``--dataset`` (one input data
-set), ``--tasks`` (evaluation); ``--split``; ``--device``; ``--max-samples`` (the one name of a row
+set), ``--tasks`` (evaluation); ``--split``; ``--device`` (one) and ``--devices`` (several, to encode
+a corpus); ``--max-samples`` (the one name of a row
 limit; ``train`` has ``--max-train-samples`` and ``--max-eval-samples``, as in Hugging Face's
 example scripts); ``--verbose`` / ``--quiet``. Metavars: N (a count), X (a number), FILE, DIR,
 NAME(S), JSON. Nothing here imports torch.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -131,6 +133,36 @@ def add_device_argument(parser: argparse.ArgumentParser) -> None:
     """``--device``: a torch device."""
     parser.add_argument("--device", default=None, metavar="DEVICE",
                         help="torch device such as cpu, cuda or cuda:1 (default: the best available)")
+
+
+def add_devices_argument(parser: argparse.ArgumentParser) -> None:
+    """``--devices``: several torch devices that encode a corpus together (read by :func:`model_devices`)."""
+    parser.add_argument("--devices", default=None, metavar="DEVICES",
+                        help="encode the corpus on several devices at once, one process each (sentence-transformers' "
+                        "multi-process pool): a comma list such as cuda:0,cuda:1 or cpu,cpu; the model loads on the "
+                        "first (default: one process, on --device)")
+
+
+_DEVICE = re.compile(r"[a-z][a-z0-9_]*(:\d+)?")
+
+
+def model_devices(args: argparse.Namespace) -> tuple[str | None, list[str] | None]:
+    """``(device the model loads on, devices that encode the corpus)`` from ``--device`` and
+    ``--devices``, checked as text before anything loads: ``ValueError`` for a malformed list (an
+    empty entry, ``cuda:x``) or a ``--device`` that is not one of ``--devices``. Without
+    ``--devices``: ``(--device, None)``; with it, the model loads on ``--device`` or the first."""
+    device, text = getattr(args, "device", None), getattr(args, "devices", None)
+    if text is None:
+        return device, None
+    devices = [part.strip() for part in text.split(",")]
+    malformed = [part for part in devices if not _DEVICE.fullmatch(part)]
+    if malformed:
+        raise ValueError(f"--devices: expected a comma list of torch devices such as cuda:0,cuda:1 or cpu,cpu, got {text!r} "
+                         f"({'an empty entry' if '' in malformed else repr(malformed[0])})")
+    if device is not None and device not in devices:
+        raise ValueError(f"--devices: {text} does not include --device {device}; give --devices alone (the model "
+                         "loads on its first device) or a --device among them")
+    return device if device is not None else devices[0], devices
 
 
 def add_index_arguments(parser: argparse.ArgumentParser, help: str) -> None:

@@ -10,12 +10,15 @@ from pathlib import Path
 from contrastive_bert.cli.arguments import (
     add_batch_size_argument,
     add_data_dir_argument,
+    add_device_argument,
+    add_devices_argument,
     add_model_argument,
     add_output_argument,
     add_overwrite_argument,
     add_split_argument,
     add_tasks_argument,
     check_output,
+    model_devices,
     positive_int,
     replace_output,
 )
@@ -43,8 +46,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--mteb", action="store_true", help="evaluate through mteb.evaluate (local data as mteb tasks; stock tasks with --online)")
     parser.add_argument("--online", action="store_true", help="with --mteb: use mteb's stock tasks from the hub")
     parser.add_argument("--mteb-output-dir", default=None, metavar="DIR", help="with --mteb: folder for mteb's own result files")
+    parser.add_argument("--embeddings-dir", default=None, metavar="DIR",
+                        help="retrieval tasks: keep each corpus's embeddings in DIR (a later eval with the same model "
+                        "reads them back instead of encoding the corpus; an interrupted encoding resumes; another "
+                        "model's are replaced) (default: encoded in memory)")
     add_output_argument(parser, "write {task: {main_score, ...}} JSON to this file")
     add_overwrite_argument(parser)
+    add_device_argument(parser)
+    add_devices_argument(parser)
     parser.set_defaults(func=run_eval)
     return parser
 
@@ -54,20 +63,39 @@ def _write_results(path: Path | None, results: dict) -> None:
         replace_output(path).write_text(json.dumps(results, indent=2, allow_nan=False, default=str) + "\n", encoding="utf-8")
 
 
+def _check_encoding_flags(args: argparse.Namespace, tasks: list[str]) -> None:
+    """``--embeddings-dir`` and ``--devices`` serve retrieval tasks (their corpora) only."""
+    from contrastive_bert.data import get_dataset
+
+    given = [flag for flag, value in (("--embeddings-dir", args.embeddings_dir), ("--devices", args.devices)) if value]
+    if given and not any(get_dataset(task).task_type == "retrieval" for task in tasks):
+        raise ValueError(f"{given[0]}: for retrieval tasks (their corpus is encoded); none of --tasks {','.join(tasks)} is one")
+    if args.embeddings_dir and Path(args.embeddings_dir).expanduser().is_file():
+        raise ValueError(f"--embeddings-dir: {args.embeddings_dir} is a file; expected a folder")
+
+
 def run_eval(args: argparse.Namespace) -> int:
     from contrastive_bert.data import load_dataset, resolve_data_dir
+    from contrastive_bert.embedding_store import check_devices
     from contrastive_bert.evaluation.tasks import check_tasks, evaluate_tasks
 
-    from contrastive_bert.models import check_model_name, load_model
+    from contrastive_bert.models import check_device, check_model_name, load_model
 
     names = list(args.tasks)
     output = check_output(args.output, args.overwrite)
     check_model_name(args.model)
+    device, devices = model_devices(args)
     if args.mteb:
-        if args.max_eval_samples is not None:
-            raise ValueError("--max-eval-samples: not with --mteb (mteb scores whole splits)")
+        unused = [flag for flag, value in (("--max-eval-samples", args.max_eval_samples is not None),
+                                           ("--embeddings-dir", args.embeddings_dir), ("--devices", args.devices)) if value]
+        if unused:
+            raise ValueError(f"{unused[0]}: not with --mteb (mteb scores whole splits and encodes them itself)")
+        check_device(device)
         return _run_mteb(args, names, output)
     tasks = check_tasks(names)
+    _check_encoding_flags(args, tasks)
+    check_devices(devices, "--devices")  # the list first: the model's device is one of them
+    check_device(device)
     resolve_data_dir(args.data_dir)
     data = {task: load_dataset(task, data_dir=args.data_dir) for task in tasks}  # read once, checked before the model loads
     for task in tasks:
@@ -76,12 +104,15 @@ def run_eval(args: argparse.Namespace) -> int:
     notes = []
     if args.max_eval_samples is not None:
         data, notes = capped_data(data, args.split, args.max_eval_samples)
-    model = load_model(args.model)
+    model = load_model(args.model, device=device)
     results = evaluate_tasks(model, tasks, split=args.split, batch_size=args.batch_size, data=data,
-                             show_progress_bar=logger.isEnabledFor(logging.INFO))
+                             show_progress_bar=logger.isEnabledFor(logging.INFO), embeddings_dir=args.embeddings_dir,
+                             devices=devices)
     print(format_results(results))
     for note in notes:
         print(note)
+    if args.embeddings_dir:
+        print(f"corpus embeddings kept in {args.embeddings_dir} (a later eval with this model reads them back)")
     _write_results(output, results)
     return 0
 
@@ -125,7 +156,7 @@ def _run_mteb(args: argparse.Namespace, names: list[str], output: Path | None) -
     from contrastive_bert.models import load_model
 
     get_mteb_tasks(names, data_dir=args.data_dir, online=args.online)  # name checks before the model loads
-    model = load_model(args.model)
+    model = load_model(args.model, device=args.device)
     results = run_mteb(model, names, data_dir=args.data_dir, output_folder=args.mteb_output_dir, online=args.online,
                        batch_size=args.batch_size)
     print(format_results({name: {k: v for k, v in scores.items() if isinstance(v, (int, float))} for name, scores in results.items()}))

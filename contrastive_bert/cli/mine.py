@@ -17,12 +17,14 @@ from contrastive_bert.cli.arguments import (
     add_data_dir_argument,
     add_dataset_argument,
     add_device_argument,
+    add_devices_argument,
     add_index_arguments,
     add_max_samples_argument,
     add_model_argument,
     add_overwrite_argument,
     add_split_argument,
     check_output,
+    model_devices,
     replace_output,
 )
 
@@ -79,6 +81,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="retrieval data sets: keep the corpus embeddings in DIR (a rerun with the same model reads them; "
                         "default: OUTPUT.embeddings, removed when mining ends, so an interrupted run resumes its encoding)")
     add_device_argument(parser)
+    add_devices_argument(parser)
     parser.set_defaults(func=run_mine)
     return parser
 
@@ -222,7 +225,8 @@ def _pair_mining_summary(pairs, mined, args: argparse.Namespace) -> str:
     return "; ".join(parts)
 
 
-def _mine_retrieval(args: argparse.Namespace, output: Path) -> int:
+def _mine_retrieval(args: argparse.Namespace, output: Path, device: str | None = None,
+                    devices: list[str] | None = None) -> int:
     """A retrieval data set (scifact, nfcorpus, a BEIR folder): its train queries against its whole
     corpus, every judged-relevant document of the query excluded, TopK-PercPos from
     ``--relative-margin`` (:func:`contrastive_bert.corpus_mining.mine_corpus_negatives`). Progress
@@ -246,7 +250,7 @@ def _mine_retrieval(args: argparse.Namespace, output: Path) -> int:
     if args.no_faiss and args.index_type in ("ivf", "hnsw"):
         raise ValueError(f"--index-type: {args.index_type} is a FAISS index; drop --no-faiss or use --index-type flat")
     data = RetrievalData.from_splits(load_dataset(args.dataset, data_dir=args.data_dir))
-    model = load_model(args.model, device=args.device)
+    model = load_model(args.model, device=device)
     # the corpus embeddings: kept where asked, else beside the output while mining (a rerun resumes the encoding)
     embeddings_dir = Path(args.embeddings_dir) if args.embeddings_dir else output.with_name(output.name + ".embeddings")
     mined, report = mine_corpus_negatives(
@@ -255,6 +259,7 @@ def _mine_retrieval(args: argparse.Namespace, output: Path) -> int:
         sampling=args.sampling_strategy, batch_size=args.batch_size, backend="torch" if args.no_faiss else "auto",
         show_progress_bar=logging.getLogger(__name__).isEnabledFor(logging.INFO), return_report=True,
         embeddings_dir=embeddings_dir, index_type=args.index_type, nprobe=args.nprobe, ef_search=args.ef_search,
+        devices=devices,
     )
     if not args.embeddings_dir:
         import shutil
@@ -276,14 +281,17 @@ def run_mine(args: argparse.Namespace) -> int:
     """Handler of ``contrastive-bert mine``; returns 0 and prints where the data set went."""
     from sentence_transformers.util import mine_hard_negatives
 
+    from contrastive_bert.embedding_store import check_devices
     from contrastive_bert.topk_search import faiss_available
     from contrastive_bert.models import check_device, check_model_name, load_model
 
     output = _check_args(args)
     check_model_name(args.model)
-    check_device(args.device)
+    device, devices = model_devices(args)
+    check_devices(devices, "--devices")  # the list first: the model's device is one of them
+    check_device(device)
     if _is_retrieval(args):
-        return _mine_retrieval(args, output)
+        return _mine_retrieval(args, output, device, devices)
     given = [flag for flag, used in (("--index-type", args.index_type != "auto"), ("--embeddings-dir", args.embeddings_dir))
              if used]
     if given:
@@ -300,7 +308,7 @@ def run_mine(args: argparse.Namespace) -> int:
         corpus = [line.strip() for line in corpus_path.read_text(encoding="utf-8").splitlines() if line.strip()]
         if not corpus:
             raise ValueError(f"corpus: {corpus_path} has no non-empty lines")
-    model = load_model(args.model, device=args.device)
+    model = load_model(args.model, device=device)
     mined = mine_hard_negatives(
         pairs,
         model,
@@ -317,6 +325,7 @@ def run_mine(args: argparse.Namespace) -> int:
         output_format=args.output_format,
         batch_size=args.batch_size,
         use_faiss=faiss_available() and not args.no_faiss,
+        use_multi_process=devices if devices is not None and len(devices) > 1 else False,
         verbose=False,
     )
     _write(mined, output)

@@ -7,6 +7,7 @@ the first missing chunk), later ones load it (the expensive part, encoding every
 once) and refuse it when it was built by another model or from another corpus. ``--index-type``
 ``auto`` searches exactly up to 200,000 documents and through FAISS HNSW above; an approximate
 index prints its recall@100 against exact search on 100 sample queries, and warns below 0.95.
+``--devices cuda:0,cuda:1`` encodes the corpus on several devices at once, one process each.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from contrastive_bert.cli.arguments import (
     add_batch_size_argument,
     add_data_dir_argument,
     add_device_argument,
+    add_devices_argument,
     add_index_arguments,
     add_model_argument,
     add_output_argument,
     add_overwrite_argument,
     check_output,
+    model_devices,
     positive_int,
     replace_output,
 )
@@ -63,6 +66,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_batch_size_argument(parser, default=64)
     add_data_dir_argument(parser)
     add_device_argument(parser)
+    add_devices_argument(parser)
     parser.set_defaults(func=run_search)
     return parser
 
@@ -147,7 +151,7 @@ def load_corpus(name_or_path: str, data_dir: str | None) -> dict[str, str]:
     return corpus_texts(documents)
 
 
-def _index(args: argparse.Namespace, model, corpus: dict[str, str]):
+def _index(args: argparse.Namespace, model, corpus: dict[str, str], devices: list[str] | None = None):
     """The corpus index: loaded from ``--index`` when it holds one for this model and corpus, built
     there (resumed when an earlier build of this model and corpus was interrupted) or in memory."""
     from contrastive_bert.embedding_store import read_manifest
@@ -174,7 +178,7 @@ def _index(args: argparse.Namespace, model, corpus: dict[str, str]):
     verbose = logger.isEnabledFor(logging.INFO)
     try:
         index = CorpusIndex.build(model, corpus, batch_size=args.batch_size, show_progress_bar=verbose, folder=folder,
-                                  model_name=args.model, **search)
+                                  model_name=args.model, devices=devices, **search)
     except ValueError as error:
         if folder is not None and str(error).startswith("folder: "):  # an unfinished index of another model or corpus
             raise ValueError(f"--index: {str(error).removeprefix('folder: ')}") from None
@@ -198,15 +202,18 @@ def _write(output: Path, queries: dict[str, str], hits, texts: dict[str, str]) -
 
 def run_search(args: argparse.Namespace) -> int:
     """Handler of ``contrastive-bert search``: prints each query's hits (rank, cosine, id, text)."""
+    from contrastive_bert.embedding_store import check_devices
     from contrastive_bert.models import check_device, check_model_name, load_model
 
     output = _check_args(args)
     queries = _queries(args)
     check_model_name(args.model)
-    check_device(args.device)
+    device, devices = model_devices(args)
+    check_devices(devices, "--devices")  # the list first: the model's device is one of them
+    check_device(device)
     corpus = load_corpus(args.corpus, args.data_dir)
-    model = load_model(args.model, device=args.device)
-    index = _index(args, model, corpus)
+    model = load_model(args.model, device=device)
+    index = _index(args, model, corpus, devices)
     if index.backend != "exact":  # the default, the scorer's own search, goes without saying
         print(f"search: {index.describe_search()}")
     hits = index.search(list(queries.values()), top_k=args.top_k, batch_size=args.batch_size)

@@ -40,14 +40,16 @@ TOP_K = 1000  # documents retrieved per query, as MTEB
 def evaluate_retrieval_splits(
     model, data: RetrievalData, splits: Sequence[str] = ("test",), max_queries: int | None = None, batch_size: int = 64,
     top_k: int = TOP_K, show_progress_bar: bool = False, corpus_embeddings: CorpusEmbeddings | None = None,
-    embeddings_dir: str | Path | None = None,
+    embeddings_dir: str | Path | None = None, devices: Sequence[str] | None = None,
 ) -> dict[str, dict[str, float]]:
     """``{split: metrics}`` (x100, ``main_score`` = nDCG@10) for each qrels split of ``data``.
 
     ``max_queries``: score only the first N queries (sorted ids) of each split, for smoke runs.
     ``corpus_embeddings``: the corpus encoded by ``model`` before (checked to be this corpus);
     else ``embeddings_dir``: a folder keeping them (read back when ``model`` encoded this corpus
-    there, resumed when interrupted); else the corpus is encoded in memory."""
+    there, resumed when interrupted); else the corpus is encoded in memory. ``devices``: the corpus
+    is encoded on these, one process each (:func:`~contrastive_bert.embedding_store.encode_corpus`);
+    the queries on the model's device."""
     for split in splits:
         data.split(split)  # a clear error for a missing split, before encoding anything
     doc_ids = list(data.corpus)
@@ -55,7 +57,7 @@ def evaluate_retrieval_splits(
     if corpus_embeddings is None:
         folder = None if embeddings_dir is None else store_folder(embeddings_dir, corpus_fingerprint(doc_ids, texts))
         corpus_embeddings = encode_corpus(model, doc_ids, texts, folder=folder, batch_size=batch_size, if_other="replace",
-                                          show_progress_bar=show_progress_bar)
+                                          show_progress_bar=show_progress_bar, devices=devices)
     elif corpus_embeddings.fingerprint != corpus_fingerprint(doc_ids, texts):
         raise ValueError(f"corpus_embeddings: encode another corpus ({len(corpus_embeddings)} documents) than this data "
                          f"set's ({len(doc_ids)})")

@@ -52,12 +52,14 @@ def _reranking(model, spec, data, split, **kwargs):
     return evaluate_answer_selection(model, data[split], **kwargs)
 
 
-def _retrieval(model, spec, data, split, batch_size: int = 64, show_progress_bar: bool = False, embeddings_dir=None):
+def _retrieval(model, spec, data, split, batch_size: int = 64, show_progress_bar: bool = False, embeddings_dir=None,
+               devices=None):
     from contrastive_bert.evaluation.beir_evaluation import evaluate_retrieval_splits
 
     retrieval = data if isinstance(data, RetrievalData) else RetrievalData.from_splits(data)
     scores = evaluate_retrieval_splits(model, retrieval, [split], batch_size=batch_size,
-                                       show_progress_bar=show_progress_bar, embeddings_dir=embeddings_dir)[split]
+                                       show_progress_bar=show_progress_bar, embeddings_dir=embeddings_dir,
+                                       devices=devices)[split]
     return {k: v for k, v in scores.items() if k != "main_score"}
 
 
@@ -92,17 +94,20 @@ def default_progress_bar() -> bool:
 
 def evaluate_split(
     model, task: str | DatasetSpec, data, split: str = "test", batch_size: int = 64, show_progress_bar: bool = False,
-    embeddings_dir=None,
+    embeddings_dir=None, devices=None,
 ) -> dict:
     """Scores of ``model`` on ``data[split]`` of the data set ``task`` (``data`` as loaded, or a
     retrieval set's :class:`RetrievalData`; classification fits its probe on ``data["train"]``),
     x100, ``main_score`` = the data set's ``main_score`` metric. ``embeddings_dir``: a retrieval
-    set's corpus embeddings are kept there (read back when ``model`` encoded them before)."""
+    set's corpus embeddings are kept there (read back when ``model`` encoded them before);
+    ``devices``: a retrieval set's corpus is encoded on these, one process each."""
     spec = _evaluable(task)
     splits = list(data.qrels) if isinstance(data, RetrievalData) else list(data)
     if split not in splits:
         raise ValueError(f"split: {spec.name!r} has splits {splits}, not {split!r}")
-    options = {"embeddings_dir": embeddings_dir} if embeddings_dir is not None and spec.task_type == "retrieval" else {}
+    options = {}
+    if spec.task_type == "retrieval":
+        options = {name: value for name, value in (("embeddings_dir", embeddings_dir), ("devices", devices)) if value is not None}
     scores = EVALUATORS[spec.task_type](model, spec, data, split, batch_size=batch_size, show_progress_bar=show_progress_bar,
                                         **options)
     if spec.main_score not in scores:
@@ -145,12 +150,14 @@ def evaluate_tasks(
     data: Mapping[str, object] | None = None,
     show_progress_bar: bool | None = None,
     embeddings_dir=None,
+    devices=None,
 ) -> dict[str, dict]:
     """``{task: {"main_score": x, <metric>: ...}}`` for every task in ``tasks``.
 
     ``data`` holds already-loaded data sets by task name (the others are loaded here);
     ``show_progress_bar``: one bar over the tasks plus the encoding bars (default: when stderr
-    is a terminal); ``embeddings_dir``: where retrieval corpora's embeddings are kept (:func:`evaluate_split`)."""
+    is a terminal); ``embeddings_dir``: where retrieval corpora's embeddings are kept; ``devices``: what
+    encodes them (:func:`evaluate_split`)."""
     tasks = check_tasks(tasks)
     show = default_progress_bar() if show_progress_bar is None else show_progress_bar
     data = dict(data or {})
@@ -158,6 +165,6 @@ def evaluate_tasks(
     for task in tqdm(tasks, desc="Evaluating", unit="task", disable=not show):
         loaded = data[task] if task in data else load_dataset(task, data_dir=data_dir)
         results[task] = evaluate_split(model, task, loaded, split, batch_size=batch_size, show_progress_bar=show,
-                                       embeddings_dir=embeddings_dir)
+                                       embeddings_dir=embeddings_dir, devices=devices)
         logger.info("%s %s: main_score %.2f", task, split, results[task]["main_score"])
     return results

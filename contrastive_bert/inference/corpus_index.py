@@ -180,18 +180,21 @@ class CorpusIndex:
     @classmethod
     def build(cls, model, corpus: Any, *, batch_size: int = 64, show_progress_bar: bool = False,
               backend: Backend | None = None, index_type: IndexType = "auto", folder: str | Path | None = None,
-              model_name: str | None = None, nprobe: int = DEFAULT_NPROBE, ef_search: int = DEFAULT_EF_SEARCH) -> CorpusIndex:
+              model_name: str | None = None, nprobe: int = DEFAULT_NPROBE, ef_search: int = DEFAULT_EF_SEARCH,
+              devices: Sequence[str] | None = None) -> CorpusIndex:
         """Encode ``corpus`` (``{id: text}``, a list of texts, or a RetrievalData) with ``model``.
 
         ``folder``: encode straight into it, chunk by chunk (an interrupted build of this model and
         corpus resumes at its first missing chunk; another model's or corpus's store there is a
         ``ValueError`` naming ``overwrite``), then write its documents and ``index.json``
-        (``model_name`` recorded for people)."""
+        (``model_name`` recorded for people). ``devices``: encode on these, one process each
+        (:func:`~contrastive_bert.embedding_store.encode_corpus`)."""
         ids, texts = _as_documents(corpus)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size: expected a positive int, got {batch_size!r}")
         resolve_search(backend, index_type, len(ids))  # before the expensive encoding
-        encoded = encode_corpus(model, ids, texts, folder=folder, batch_size=batch_size, show_progress_bar=show_progress_bar)
+        encoded = encode_corpus(model, ids, texts, folder=folder, batch_size=batch_size, show_progress_bar=show_progress_bar,
+                                devices=devices)
         index = cls(model, ids, texts, encoded.tensor(), backend, index_type, nprobe=nprobe, ef_search=ef_search, folder=folder)
         index.encoded_rows = encoded.encoded_rows
         if folder is not None:
