@@ -101,6 +101,7 @@ def mine_training_rows(
     store: str | Path | None = None,
     show_progress_bar: bool = False,
     embeddings_dir: str | Path | None = None,
+    mine: bool = True,
 ) -> tuple[datasets.Dataset, list, dict[str, Any]]:
     """``(rows, callbacks, report)``: ``(anchor, positive, negative_1..)`` rows of the retrieval
     sets ``names`` (each loaded by ``load(name)``, a :class:`~contrastive_bert.data.beir.RetrievalData`),
@@ -112,8 +113,13 @@ def mine_training_rows(
     ``show_progress_bar``: bars while the corpus and the queries are encoded and searched.
     ``embeddings_dir``: a folder keeping each corpus's embeddings by ``model``
     (:func:`~contrastive_bert.embedding_store.encode_corpus`: an interrupted encoding resumes, and
-    a scorer given the same folder reads them back instead of encoding the corpus again)."""
+    a scorer given the same folder reads them back instead of encoding the corpus again).
+    ``mine`` False: only read ``store`` (a process of a launched run other than the main one, which
+    mined them): every process trains on the same rows, and rows missing there are an error."""
     from contrastive_bert.training.corpus_refresh import CorpusNegativeRefresh
+
+    if not mine and store is None:
+        raise ValueError("store: mine=False reads the rows from a store; got none")
 
     check_corpus_negative_datasets(names)
     if config.refresh_every_epochs is not None and len(names) > 1:
@@ -129,6 +135,9 @@ def mine_training_rows(
         if saved is not None:
             rows, report[name] = saved
             logger.info("corpus negatives of %s: %d rows mined before, read from %s", name, len(rows), folder)
+        elif not mine:
+            raise RuntimeError(f"corpus negatives of {name}: {folder} holds no rows mined with these settings, "
+                               "though the main process should have mined them there")
         else:
             rows, report[name] = _mine_one(model, name, data, config, options, show_progress_bar, embeddings_dir)
             if folder is not None:

@@ -1,5 +1,9 @@
 """Run training inside ``SentenceTransformerTrainer``: ``fit`` for any model/data/loss (used by
-the benchmarks), ``train`` for a whole recipe (used by ``contrastive-bert train``)."""
+the benchmarks), ``train`` for a whole recipe (used by ``contrastive-bert train``).
+
+Under a launcher (``torchrun``, ``accelerate launch``) every process runs ``train``; the work
+around training that writes files or evaluates runs in the main process only
+(:mod:`contrastive_bert.training.processes`)."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from contrastive_bert.training.output_dir import (
     prepare_output_dir,
     write_json,
 )
+from contrastive_bert.training.processes import join_processes
 from contrastive_bert.training.recipe import RECIPE_FILE, TrainingRecipe
 
 logger = logging.getLogger(__name__)
@@ -40,7 +45,9 @@ _NON_TEXT_COLUMNS = ("label", "score", "dataset_name")
 
 @dataclass
 class TrainingOutcome:
-    """What a recipe run produced: the trained model, scores before/after, and the log history."""
+    """What a recipe run produced: the trained model, scores before/after, and the log history.
+    ``main_process`` False: a process other than the main one of a launched run, which trained
+    alongside it but saved, scored and recorded nothing (its ``before``/``after`` are empty)."""
 
     model: object
     output_dir: str
@@ -49,6 +56,7 @@ class TrainingOutcome:
     log_history: list = field(default_factory=list)
     train_seconds: float = 0.0
     already_finished: bool = False
+    main_process: bool = True
 
 
 def _checkpointing_flags(enabled: bool) -> dict:
@@ -308,11 +316,16 @@ def _train_stage(stage: TrainingRecipe, callbacks: list | None = None) -> Traini
 
 
 def _train_checked(recipe: TrainingRecipe, entry, checkpoint: str | None, callbacks: list | None) -> TrainingOutcome:
-    """:func:`train` after the checks: ``entry`` the loss's registry entry, ``checkpoint`` the one to resume."""
+    """:func:`train` after the checks: ``entry`` the loss's registry entry, ``checkpoint`` the one to resume.
+    Launched as several processes, the main one clears the folder, records the recipe, mines,
+    scores, saves ``final/`` and writes ``results.json``; the others train on the rows it mined."""
+    processes = join_processes()
+    processes.wait()  # every process has checked the folder before the main one changes it
     if recipe.resume and (results := finished_run(recipe)) is not None:
         logger.info("resume: %s finished already (step %s); nothing to do", recipe.output_dir, results.get("global_step"))
         return TrainingOutcome(None, str(recipe.output_dir), results.get("before", {}), results.get("after", {}),
-                               train_seconds=results.get("train_seconds", 0.0), already_finished=True)
+                               train_seconds=results.get("train_seconds", 0.0), already_finished=True,
+                               main_process=processes.main)
     from contrastive_bert.models import load_model
     from contrastive_bert.training.model_card import note_custom_modules
     from contrastive_bert.training.task_evaluator import TaskEvaluator
@@ -329,30 +342,35 @@ def _train_checked(recipe: TrainingRecipe, entry, checkpoint: str | None, callba
         )
         check_enough_rows(train_dataset, recipe, entry.batch_sampler)
     evaluator = TaskEvaluator(recipe.dev_task, data=run_data[recipe.dev_task]) if recipe.dev_task else None
-    eval_data = evaluation_data(recipe, run_data)
+    eval_data = evaluation_data(recipe, run_data) if processes.main else {}  # scored by the main process only
     model = load_model(recipe.model)
     if recipe.max_seq_length is not None:
         model.max_seq_length = recipe.max_seq_length
     elif getattr(model, "max_seq_length", None) is not None:  # the model's full length, recorded as a number
         recipe = dataclasses.replace(recipe, max_seq_length=int(model.max_seq_length))
     callbacks = list(callbacks or [])
-    if recipe.overwrite:  # only now that data and model have loaded
-        clear_run(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    write_json(output_dir / RECIPE_FILE, recipe.recorded())  # before mining: an interrupted run can be resumed
     # The untrained model's corpus embeddings (mining's): the before-scores read them back instead of
     # encoding the corpus again (kept on disk by model weights and corpus, so an interrupted encoding
     # resumes); removed once both are done.
     embeddings_dir = output_dir / MINED_ROWS / CORPUS_EMBEDDINGS if recipe.corpus_negatives is not None else None
-    if recipe.corpus_negatives is not None:  # mined by the model about to be trained (and refreshed: ANCE)
-        from contrastive_bert.training.corpus_negatives import CorpusNegatives, mine_training_rows
+    with processes.main_first():  # the main process clears, records and mines; then the others read its rows
+        if processes.main:
+            if recipe.overwrite:  # only now that data and model have loaded
+                clear_run(output_dir)
+            output_dir.mkdir(parents=True, exist_ok=True)
+            write_json(output_dir / RECIPE_FILE, recipe.recorded())  # before mining: an interrupted run can be resumed
+        if recipe.corpus_negatives is not None:  # mined by the model about to be trained (and refreshed: ANCE)
+            from contrastive_bert.training.corpus_negatives import CorpusNegatives, mine_training_rows
 
-        store = output_dir / MINED_ROWS  # each data set's rows kept once mined, read back by --resume
-        store.mkdir(exist_ok=True)
-        train_dataset, refresh, mining = mine_training_rows(
-            model, recipe.datasets, CorpusNegatives.from_field(recipe.corpus_negatives), run_data.__getitem__,
-            seed=recipe.seed, max_samples=recipe.max_train_samples, store=store,
-            show_progress_bar=logger.isEnabledFor(logging.INFO), embeddings_dir=embeddings_dir)
+            store = output_dir / MINED_ROWS  # each data set's rows kept once mined, read back by --resume
+            if processes.main:
+                store.mkdir(exist_ok=True)
+            train_dataset, refresh, mining = mine_training_rows(
+                model, recipe.datasets, CorpusNegatives.from_field(recipe.corpus_negatives), run_data.__getitem__,
+                seed=recipe.seed, max_samples=recipe.max_train_samples, store=store,
+                show_progress_bar=logger.isEnabledFor(logging.INFO), embeddings_dir=embeddings_dir,
+                mine=processes.main)
+    if recipe.corpus_negatives is not None:
         callbacks += refresh
         try:
             check_enough_rows(train_dataset, recipe, entry.batch_sampler)
@@ -360,14 +378,16 @@ def _train_checked(recipe: TrainingRecipe, entry, checkpoint: str | None, callba
             raise ValueError(f"{error} ({output_dir} keeps the recorded recipe and the mined rows: "
                              f"start again there with --overwrite)") from None
 
-    before_file = output_dir / SCORES_BEFORE_FILE
-    if checkpoint and before_file.is_file():
-        before = json.loads(before_file.read_text())
-    else:
-        before = evaluate_recipe_tasks(model, recipe, eval_data, embeddings_dir=embeddings_dir)
-        write_json(before_file, before)
-    if embeddings_dir is not None:
-        shutil.rmtree(embeddings_dir, ignore_errors=True)
+    before = {}
+    if processes.main:  # the others go on to the trainer, which waits for this one
+        before_file = output_dir / SCORES_BEFORE_FILE
+        if checkpoint and before_file.is_file():
+            before = json.loads(before_file.read_text())
+        else:
+            before = evaluate_recipe_tasks(model, recipe, eval_data, embeddings_dir=embeddings_dir)
+            write_json(before_file, before)
+        if embeddings_dir is not None:
+            shutil.rmtree(embeddings_dir, ignore_errors=True)
 
     # A loss with parameters of its own (the acl loss's label head, the multi-exit heads) initialises
     # them here, before the trainer seeds: seed first, or one seed gives a different run each time.
@@ -384,6 +404,9 @@ def _train_checked(recipe: TrainingRecipe, entry, checkpoint: str | None, callba
     except NothingTrained as error:
         raise NothingTrained(f"{error} ({output_dir} keeps the recorded recipe: start again there with --overwrite)") from None
     seconds = time.perf_counter() - start
+    if not processes.main:  # the main process saves, scores and records the run
+        return TrainingOutcome(model, str(output_dir), log_history=trainer.state.log_history, train_seconds=seconds,
+                               main_process=False)
     model.save(str(output_dir / FINAL_MODEL))
     note_custom_modules(output_dir / FINAL_MODEL)
     after = evaluate_recipe_tasks(model, recipe, eval_data)

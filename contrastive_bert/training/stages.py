@@ -12,6 +12,10 @@ stage 2 the exit heads with the cross-layer loss (``cross_layer``, backbone froz
 
 Resume: a stage with a saved ``final/`` is done and skipped; the first one without continues from
 its last checkpoint (or restarts when it saved none).
+
+Launched as several processes (:mod:`contrastive_bert.training.processes`), the main one clears the
+folder, records the recipe and, after each stage, saves its ``final/`` and ``results.json`` (the
+next stage's model); the others wait for that before each stage, and return empty scores.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from contrastive_bert.training.output_dir import (
     prepare_output_dir,
     write_json,
 )
+from contrastive_bert.training.processes import join_processes
 from contrastive_bert.training.recipe import RECIPE_FILE, TrainingRecipe
 
 logger = logging.getLogger(__name__)
@@ -196,6 +201,8 @@ def train_stages(recipe: TrainingRecipe, run_stage: Callable[..., Any], callback
     from contrastive_bert.training.model_card import note_custom_modules
 
     recipes = check_stages(recipe)
+    processes = join_processes()
+    processes.wait()  # every process has checked the folder before the main one changes it
     output_dir = Path(recipe.output_dir)
     if recipe.resume and (output_dir / RESULTS_FILE).is_file() and (output_dir / FINAL_MODEL).is_dir() \
             and all(_stage_state(stage) == "done" for stage in recipes):
@@ -204,15 +211,17 @@ def train_stages(recipe: TrainingRecipe, run_stage: Callable[..., Any], callback
         stages = results.get("stages") or [{}]
         return {"model": None, "output_dir": str(output_dir), "before": stages[0].get("before", {}),
                 "after": stages[-1].get("after", {}), "train_seconds": results.get("train_seconds", 0.0),
-                "already_finished": True}
-    if recipe.overwrite:
-        clear_run(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    if not recipe.resume:
-        write_json(output_dir / RECIPE_FILE, recipe.recorded())
+                "already_finished": True, "main_process": processes.main}
+    if processes.main:
+        if recipe.overwrite:
+            clear_run(output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        if not recipe.resume:
+            write_json(output_dir / RECIPE_FILE, recipe.recorded())
     start = time.perf_counter()
     stage_results, outcome, log_history = [], None, []
     for index, stage in enumerate(recipes):
+        processes.wait()  # the main process has saved the stage before (its final/ is this one's model)
         state = _stage_state(stage)
         if state == "done":
             logger.info("stage %d: done already (%s), skipped", index + 1, stage.output_dir)
@@ -222,7 +231,11 @@ def train_stages(recipe: TrainingRecipe, run_stage: Callable[..., Any], callback
                         stage.output_dir, stage.loss)
             outcome = run_stage(stage, callbacks=callbacks)
             log_history += outcome.log_history
-        stage_results.append(json.loads((Path(stage.output_dir) / RESULTS_FILE).read_text(encoding="utf-8")))
+        if processes.main:
+            stage_results.append(json.loads((Path(stage.output_dir) / RESULTS_FILE).read_text(encoding="utf-8")))
+    if not processes.main:  # the main process copies the model, scores and records the run
+        return {"model": outcome.model if outcome is not None else None, "output_dir": str(output_dir),
+                "log_history": log_history, "main_process": False}
     final = output_dir / FINAL_MODEL
     if final.exists():
         shutil.rmtree(final)
