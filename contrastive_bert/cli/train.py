@@ -68,7 +68,8 @@ _HELP = {
     "freeze_layers": "freeze the embeddings and the lowest N encoder layers",
     "freeze_embeddings": "freeze the token, position and type embeddings",
     "max_grad_norm": "clip the gradient norm to this value (0: no clipping)",
-    "mixed_precision": "mixed precision (fp16, bf16, auto: CUDA only)",
+    "mixed_precision": "mixed precision: bf16 on CUDA or a CPU (fast on CPUs with AVX512_BF16/AMX, emulated elsewhere), "
+                       "fp16 on CUDA only; auto: bf16 or fp16 on CUDA, fp32 on a CPU",
     "stages": "JSON list of training stages run in order, each the fields it changes, e.g. '[{\"loss\": \"acl\"}, ...]'",
 }
 # Fields whose flags come from the shared helpers of cli/arguments.py.
@@ -288,6 +289,8 @@ def run_train(args: argparse.Namespace) -> int:
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
+    if not outcome.main_process:  # launched as several processes: the main one reports the run
+        return 0
     if outcome.already_finished:
         print(f"already finished: the run in {outcome.output_dir} trained its {_length(recipe)}; nothing was rewritten "
               f"(final/ and results.json are as they were). Raise --max-steps or --epochs to train further, "

@@ -169,6 +169,9 @@ def fit(
         model=model, args=args, train_dataset=train_dataset, loss=loss, evaluator=evaluator, callbacks=callbacks
     )
     trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    # Under mixed precision accelerate wraps model.forward in autocast and the trainer leaves it there:
+    # restore the plain forward, so what this process encodes next (the after scores) runs in fp32.
+    trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
     if guard.failed:
         raise guard.error()
     if trainer.state.global_step == 0:

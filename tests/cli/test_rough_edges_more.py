@@ -119,9 +119,9 @@ def test_a_bad_later_stage_fails_before_the_first_trains(tmp_path, tiny_loader, 
     data = _pairs_file(tmp_path / "pairs.jsonl", [(f"question {i}", f"answer {i}") for i in range(8)])
     run = tmp_path / "run"
     err = _one_line_error(capsys, ["train", "--model", "tiny", "--datasets", str(data), "--batch-size", "2", "--stages",
-                                   '[{"loss": "mnrl"}, {"loss": "mnrl", "mixed_precision": "bf16"}]', "--output-dir",
+                                   '[{"loss": "mnrl"}, {"loss": "mnrl", "mixed_precision": "fp16"}]', "--output-dir",
                                    str(run), *NO_SCORING])
-    assert "stages[1].mixed_precision: 'bf16' needs a CUDA device" in err
+    assert "stages[1].mixed_precision: 'fp16' needs a CUDA device" in err
     assert not run.exists() and tiny_loader == []
 
 
