@@ -111,3 +111,26 @@ def make_beir_folder(folder):
     (folder / "qrels" / "dev.tsv").write_text(header + "q6\td6\t1\n")
     (folder / "qrels" / "test.tsv").write_text(header + "q7\td7\t1\n")
     return folder
+
+
+_LOGGERS = ("", "contrastive_bert", "transformers", "sentence_transformers", "datasets", "mteb", "urllib3", "filelock",
+            "httpx", "faiss")
+_QUIET_VARIABLES = ("TQDM_DISABLE", "HF_DATASETS_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS")
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """A test that runs an entry point (``main([..., "-q"])``) sets the process's log levels
+    (``configure_logging``): put them back, so a later test's log capture does not depend on the order."""
+    import logging
+
+    levels = {name: logging.getLogger(name).level for name in _LOGGERS}
+    variables = {name: os.environ.get(name) for name in _QUIET_VARIABLES}
+    yield
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+    for name, value in variables.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
