@@ -9,7 +9,7 @@ approximate index against exact search.
   package's tie rule), in chunks of documents either way;
 * ``"ivf"``: FAISS ``IndexIVFFlat`` over ``sqrt(N)`` lists, searching ``nprobe`` of them;
 * ``"hnsw"``: FAISS ``IndexHNSWFlat`` (``M`` 32), searching with ``efSearch`` candidates;
-* ``"auto"``: flat up to :data:`AUTO_EXACT_MAX_DOCUMENTS` documents, ``hnsw`` above.
+* ``"auto"``: flat up to :data:`AUTO_EXACT_MAX_DOCUMENTS` documents, ``ivf`` above.
 
 An approximate index copies the rows into itself once, when a :class:`VectorIndex` first searches
 (never per batch of queries). :meth:`VectorIndex.measure_recall` measures recall@100 of the
@@ -36,11 +36,15 @@ logger = logging.getLogger(__name__)
 __all__ = ["AUTO_EXACT_MAX_DOCUMENTS", "DEFAULT_EF_SEARCH", "DEFAULT_NPROBE", "INDEX_TYPES", "MIN_RECALL", "RecallReport",
            "VectorIndex", "check_index_options", "resolve_index_type"]
 
-#: ``index_type="auto"`` searches exactly up to this many documents, approximately above
-#: (exact search of 100 queries over 200,000 384-d rows: about 8 GFLOP, a second on one core).
-AUTO_EXACT_MAX_DOCUMENTS = 200_000
-#: What ``auto`` picks above :data:`AUTO_EXACT_MAX_DOCUMENTS`: no training pass, recall set at query time.
-AUTO_APPROXIMATE = "hnsw"
+#: ``index_type="auto"`` searches exactly up to this many documents, approximately above. Measured
+#: (``eval/bench_scale.py``, ``eval/results/scale.json``, 384-d rows, 2 CPU threads): at a million
+#: documents exact search of 1,000 queries takes seconds with no memory beyond the rows, while
+#: neither approximate index is worth it there: IVF barely searches faster, HNSW's build takes over a
+#: minute and its recall@100 falls far below :data:`MIN_RECALL` on near-duplicate rows.
+AUTO_EXACT_MAX_DOCUMENTS = 1_000_000
+#: What ``auto`` picks above :data:`AUTO_EXACT_MAX_DOCUMENTS`: the approximate index whose recall
+#: held at a million documents (``scale.json``), built in one training pass over the rows.
+AUTO_APPROXIMATE = "ivf"
 INDEX_TYPES = ("auto", "flat", "ivf", "hnsw")
 RECALL_K = 100  # recall@100: the depth the retrieval scorer and the miners look at
 RECALL_QUERIES = 100  # queries sampled to measure it

@@ -26,11 +26,11 @@ def _unit_rows(rows: int, seed: int, dim: int = 32) -> np.ndarray:
 
 
 def test_auto_is_exact_below_the_threshold_and_approximate_above(monkeypatch):
-    assert resolve_index_type("auto", 200_000) == "flat" and resolve_index_type("auto", 200_001) == "hnsw"
+    assert resolve_index_type("auto", 1_000_000) == "flat" and resolve_index_type("auto", 1_000_001) == "ivf"
     rows = _unit_rows(300, 0)
     assert VectorIndex(rows).index_type == "flat" and VectorIndex(rows).measure_recall(rows[:5]) is None
     monkeypatch.setattr(vector_index, "AUTO_EXACT_MAX_DOCUMENTS", 100)
-    assert VectorIndex(rows).index_type == "hnsw" and VectorIndex(rows[:100]).index_type == "flat"
+    assert VectorIndex(rows).index_type == "ivf" and VectorIndex(rows[:100]).index_type == "flat"
     assert VectorIndex(rows, backend="torch").index_type == "flat"  # no FAISS: exact, with a warning
     with pytest.raises(ValueError, match="index_type: 'ivf' is a FAISS index; backend 'torch' searches exactly only"):
         VectorIndex(rows, "ivf", backend="torch")
@@ -86,10 +86,10 @@ def test_mining_above_the_threshold_logs_recall_and_builds_its_index_once(tiny_m
     monkeypatch.setattr(vector_index, "AUTO_EXACT_MAX_DOCUMENTS", 50)
     with caplog.at_level(logging.INFO, logger="contrastive_bert.corpus_mining"):
         approximate, report = mine_corpus_negatives(tiny_model, data, return_report=True, **options)
-    assert built == ["hnsw"] and report.recall is not None and report.recall.queries == 12
+    assert built == ["ivf"] and report.recall is not None and report.recall.queries == 12
     # recall@min(100, N): all 60 documents here
     assert sum("recall@60 of the approximate index against exact search, on 12 sample queries" in r.message for r in caplog.records) == 1
-    assert approximate.to_dict() == exact.to_dict()  # 60 documents: HNSW finds them all
+    assert approximate.to_dict() == exact.to_dict()  # 60 documents in 7 lists, 32 probed: IVF finds them all
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="contrastive_bert.corpus_mining"):
         mine_corpus_negatives(tiny_model, data, index_type="ivf", nprobe=1, **options)

@@ -7,7 +7,7 @@ own (:func:`~contrastive_bert.evaluation.dense_retrieval.exact_search`, through 
 exact search :func:`~contrastive_bert.topk_search.exact_topk`: equal scores in corpus order), so a
 model's search results rank the documents exactly as its nDCG@10 was measured. The index follows
 the corpus's size (``index_type="auto"``, :class:`~contrastive_bert.vector_index.VectorIndex`):
-exact up to 200,000 documents, FAISS HNSW above; ``backend="faiss"`` with ``index_type`` ``flat``
+exact up to 1,000,000 documents, FAISS IVF above; ``backend="faiss"`` with ``index_type`` ``flat``
 (exact), ``ivf`` or ``hnsw`` chooses. An approximate index's recall@100 against exact search is
 measured on sample queries (:meth:`CorpusIndex.measure_recall`).
 
@@ -117,7 +117,7 @@ def _as_documents(corpus: Any) -> tuple[list[str], list[str]]:
 def resolve_search(backend: str | None, index_type: str, documents: int) -> tuple[str, str]:
     """``(backend, index_type)`` that search ``documents`` documents: ``index_type`` ``auto`` is
     exact up to :data:`~contrastive_bert.vector_index.AUTO_EXACT_MAX_DOCUMENTS` documents and FAISS
-    HNSW above (unless ``backend="exact"`` asks for exact search, or FAISS is missing: then exact,
+    IVF above (unless ``backend="exact"`` asks for exact search, or FAISS is missing: then exact,
     with a warning); ``ivf`` and ``hnsw`` need ``backend="faiss"``; ``backend`` None: exact
     for a flat index, FAISS for an approximate one."""
     if backend not in (None, "exact", "faiss"):

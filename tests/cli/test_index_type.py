@@ -29,10 +29,10 @@ def test_search_auto_goes_approximate_above_the_threshold_and_prints_recall(tmp_
     monkeypatch.setattr(vector_index, "AUTO_EXACT_MAX_DOCUMENTS", 5)
     assert main(_search(folder, "--index", str(tmp_path / "index"))) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "search: FAISS IndexHNSWFlat (approximate) over 8 documents" in lines
+    assert "search: FAISS IndexIVFFlat (approximate) over 8 documents" in lines
     recall = [line for line in lines if line.startswith("search: recall@")]
     assert len(recall) == 1 and "on 9 sample queries (1 given, 8 documents as queries): 1.000" in recall[0]
-    assert (tmp_path / "index" / "faiss-hnsw.index").is_file()  # kept for the next search
+    assert (tmp_path / "index" / "faiss-ivf.index").is_file()  # kept for the next search
     assert main(_search(folder, "--index", str(tmp_path / "index"))) == 0
     assert "loaded the index of 8 documents" in capsys.readouterr().out
 
