@@ -342,6 +342,14 @@ class OnnxSentenceEncoder:
     def similarity_fn_name(self) -> str:
         return self._model.similarity_fn_name
 
+    def similarity(self, embeddings1, embeddings2) -> torch.Tensor:
+        """(N, M) scores by the source model's similarity function (what sentence-transformers' miner calls)."""
+        return self._model.similarity(embeddings1, embeddings2)
+
+    def similarity_pairwise(self, embeddings1, embeddings2) -> torch.Tensor:
+        """(N,) scores of row i with row i, by the source model's similarity function."""
+        return self._model.similarity_pairwise(embeddings1, embeddings2)
+
     def get_embedding_dimension(self) -> int | None:
         """Dimension of the rows :meth:`encode` returns."""
         return self._model.get_embedding_dimension()

@@ -5,7 +5,8 @@ The vocabulary: ``--model``; ``--data-dir``; ``--batch-size``; ``--output`` (a f
 ``--output-dir`` (a folder); ``--overwrite`` (the one rule for every output: an existing output is
 refused unless ``--overwrite``); ``--datasets`` (train: several), ``--dataset`` (one input data
 set), ``--tasks`` (evaluation); ``--split``; ``--device`` (one) and ``--devices`` (several, to encode
-a corpus); ``--max-samples`` (the one name of a row
+a corpus); ``--model-backend`` (what runs the model that encodes: torch or ONNX Runtime; not
+``search --backend``, the search over the encoded rows); ``--max-samples`` (the one name of a row
 limit; ``train`` has ``--max-train-samples`` and ``--max-eval-samples``, as in Hugging Face's
 example scripts); ``--verbose`` / ``--quiet``. Metavars: N (a count), X (a number), FILE, DIR,
 NAME(S), JSON. Nothing here imports torch.
@@ -163,6 +164,43 @@ def model_devices(args: argparse.Namespace) -> tuple[str | None, list[str] | Non
         raise ValueError(f"--devices: {text} does not include --device {device}; give --devices alone (the model "
                          "loads on its first device) or a --device among them")
     return device if device is not None else devices[0], devices
+
+
+def add_model_backend_argument(parser: argparse.ArgumentParser) -> None:
+    """``--model-backend torch|onnx|onnx-int8``: what runs the model that encodes texts
+    (``load_model(backend=...)``; checked by :func:`check_model_backend`)."""
+    from contrastive_bert.models import BACKENDS  # a tuple of names: models imports no torch at import time
+
+    parser.add_argument("--model-backend", choices=BACKENDS, default="torch",
+                        help="what runs the model that encodes the texts (not the search over them): torch, or ONNX "
+                        "Runtime on the CPU in one process, fp32 (onnx: torch's embeddings within float rounding) or "
+                        "dynamic int8 quantisation of its weights (onnx-int8: embeddings nearly equal); the "
+                        "ONNX export is made once per model and cached under ~/.cache/contrastive_bert/onnx "
+                        "($XDG_CACHE_HOME/contrastive_bert/onnx); needs pip install \"contrastive_bert[onnx]\" "
+                        "(default: torch)")
+
+
+def check_model_backend(args: argparse.Namespace) -> str:
+    """``--model-backend``, checked before anything loads: an ONNX backend encodes on the CPU in this
+    process, so ``--devices`` and a ``--device`` other than the CPU are refused, and the extra to
+    install is named when onnxruntime is missing. Returns the backend."""
+    backend = getattr(args, "model_backend", "torch")
+    if backend == "torch":
+        return backend
+    if getattr(args, "devices", None) is not None:
+        raise ValueError(f"--model-backend: {backend} encodes on the CPU in one process; drop --devices {args.devices} "
+                         "(several devices need --model-backend torch)")
+    device = getattr(args, "device", None)
+    if device is not None and device.split(":")[0].strip().lower() != "cpu":
+        raise ValueError(f"--model-backend: {backend} runs on the CPU only; drop --device {device}, or use "
+                         "--model-backend torch on it")
+    from contrastive_bert import models
+
+    try:
+        models.check_backend(backend)
+    except ValueError as error:
+        raise ValueError(f"--model-backend: {str(error).removeprefix('backend: ')}") from None
+    return backend
 
 
 def add_index_arguments(parser: argparse.ArgumentParser, help: str) -> None:

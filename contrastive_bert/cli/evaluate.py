@@ -1,4 +1,7 @@
-"""``contrastive-bert eval``: score a model on registry tasks, print a table, write JSON."""
+"""``contrastive-bert eval``: score a model on registry tasks, print a table, write JSON.
+
+``--model-backend onnx`` / ``onnx-int8`` scores the model as ONNX Runtime runs it on the CPU (not
+with ``--mteb``, whose wrapper loads a SentenceTransformer)."""
 
 from __future__ import annotations
 
@@ -13,10 +16,12 @@ from contrastive_bert.cli.arguments import (
     add_device_argument,
     add_devices_argument,
     add_model_argument,
+    add_model_backend_argument,
     add_output_argument,
     add_overwrite_argument,
     add_split_argument,
     add_tasks_argument,
+    check_model_backend,
     check_output,
     model_devices,
     positive_int,
@@ -54,6 +59,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_overwrite_argument(parser)
     add_device_argument(parser)
     add_devices_argument(parser)
+    add_model_backend_argument(parser)
     parser.set_defaults(func=run_eval)
     return parser
 
@@ -83,6 +89,10 @@ def run_eval(args: argparse.Namespace) -> int:
 
     names = list(args.tasks)
     output = check_output(args.output, args.overwrite)
+    if args.mteb and args.model_backend != "torch":
+        raise ValueError(f"--model-backend: {args.model_backend} not with --mteb (mteb runs the model as a "
+                         "SentenceTransformer, through torch); drop --mteb to score it with this package's scorer")
+    check_model_backend(args)
     check_model_name(args.model)
     device, devices = model_devices(args)
     if args.mteb:
@@ -104,7 +114,7 @@ def run_eval(args: argparse.Namespace) -> int:
     notes = []
     if args.max_eval_samples is not None:
         data, notes = capped_data(data, args.split, args.max_eval_samples)
-    model = load_model(args.model, device=device)
+    model = load_model(args.model, device=device, backend=args.model_backend)
     results = evaluate_tasks(model, tasks, split=args.split, batch_size=args.batch_size, data=data,
                              show_progress_bar=logger.isEnabledFor(logging.INFO), embeddings_dir=args.embeddings_dir,
                              devices=devices)

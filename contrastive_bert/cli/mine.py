@@ -3,6 +3,7 @@
 A thin wrapper around :func:`sentence_transformers.util.mine_hard_negatives` (FAISS search,
 range_min/range_max, absolute/relative margins, max_score, sampling strategy): it only loads
 the pairs (a registered data set or a local file), the model and the corpus, and writes the result.
+``--model-backend onnx`` / ``onnx-int8`` encodes through ONNX Runtime on the CPU.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from contrastive_bert.cli.arguments import (
     add_index_arguments,
     add_max_samples_argument,
     add_model_argument,
+    add_model_backend_argument,
     add_overwrite_argument,
     add_split_argument,
+    check_model_backend,
     check_output,
     model_devices,
     replace_output,
@@ -75,13 +78,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="row layout of the mined data set, as in sentence-transformers' mine_hard_negatives (default: triplet)")
     add_batch_size_argument(parser, default=64)
     parser.add_argument("--no-faiss", action="store_true", help="exact torch search instead of FAISS")
-    add_index_arguments(parser, "retrieval data sets: the index searched; auto: exact up to 200,000 documents, FAISS HNSW above "
+    add_index_arguments(parser, "retrieval data sets: the index searched; auto: exact up to 1,000,000 documents, FAISS IVF above "
                         "(an approximate index logs its recall@100 against exact search on 100 sample queries) (default: auto)")
     parser.add_argument("--embeddings-dir", default=None, metavar="DIR",
                         help="retrieval data sets: keep the corpus embeddings in DIR (a rerun with the same model reads them; "
                         "default: OUTPUT.embeddings, removed when mining ends, so an interrupted run resumes its encoding)")
     add_device_argument(parser)
     add_devices_argument(parser)
+    add_model_backend_argument(parser)
     parser.set_defaults(func=run_mine)
     return parser
 
@@ -108,6 +112,7 @@ def _check_args(args: argparse.Namespace) -> Path:
         raise ValueError(f"--relative-margin: expected a value in [0, 1], got {args.relative_margin}")
     if args.output is not None and Path(args.output).suffix.lower() not in OUTPUT_FILES:
         raise ValueError(f"--output: expected a {', '.join(OUTPUT_FILES)} file, got {args.output}; use --output-dir for a folder")
+    check_model_backend(args)
     flag = "--output" if args.output is not None else "--output-dir"
     return check_output(args.output if args.output is not None else args.output_dir, args.overwrite, flag)
 
@@ -250,7 +255,7 @@ def _mine_retrieval(args: argparse.Namespace, output: Path, device: str | None =
     if args.no_faiss and args.index_type in ("ivf", "hnsw"):
         raise ValueError(f"--index-type: {args.index_type} is a FAISS index; drop --no-faiss or use --index-type flat")
     data = RetrievalData.from_splits(load_dataset(args.dataset, data_dir=args.data_dir))
-    model = load_model(args.model, device=device)
+    model = load_model(args.model, device=device, backend=args.model_backend)
     # the corpus embeddings: kept where asked, else beside the output while mining (a rerun resumes the encoding)
     embeddings_dir = Path(args.embeddings_dir) if args.embeddings_dir else output.with_name(output.name + ".embeddings")
     mined, report = mine_corpus_negatives(
@@ -308,7 +313,7 @@ def run_mine(args: argparse.Namespace) -> int:
         corpus = [line.strip() for line in corpus_path.read_text(encoding="utf-8").splitlines() if line.strip()]
         if not corpus:
             raise ValueError(f"corpus: {corpus_path} has no non-empty lines")
-    model = load_model(args.model, device=device)
+    model = load_model(args.model, device=device, backend=args.model_backend)
     mined = mine_hard_negatives(
         pairs,
         model,

@@ -5,9 +5,11 @@ file of one document per line (ids: line numbers from 1). ``--index DIR`` keeps 
 the first search encodes into it chunk by chunk (an interrupted first search, run again, resumes at
 the first missing chunk), later ones load it (the expensive part, encoding every document, runs
 once) and refuse it when it was built by another model or from another corpus. ``--index-type``
-``auto`` searches exactly up to 200,000 documents and through FAISS HNSW above; an approximate
+``auto`` searches exactly up to 1,000,000 documents and through FAISS IVF above; an approximate
 index prints its recall@100 against exact search on 100 sample queries, and warns below 0.95.
 ``--devices cuda:0,cuda:1`` encodes the corpus on several devices at once, one process each.
+``--model-backend onnx`` / ``onnx-int8`` encodes through ONNX Runtime on the CPU (``--backend`` is
+the search over the encoded rows); an index is searched with the backend that built it.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from contrastive_bert.cli.arguments import (
     add_devices_argument,
     add_index_arguments,
     add_model_argument,
+    add_model_backend_argument,
     add_output_argument,
     add_overwrite_argument,
+    check_model_backend,
     check_output,
     model_devices,
     positive_int,
@@ -58,8 +62,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--index", default=None, metavar="DIR",
                         help="folder of the encoded corpus: written when absent, loaded when present (same model and corpus)")
     parser.add_argument("--backend", choices=("exact", "faiss"), default=None,
-                        help="exact torch search (the scorer's) or a FAISS index (default: exact, FAISS for an approximate index)")
-    add_index_arguments(parser, "auto: exact search up to 200,000 documents, FAISS HNSW above; flat: exact; ivf, hnsw: "
+                        help="what searches the encoded corpus (not what encodes it: --model-backend): exact torch "
+                        "search (the scorer's) or a FAISS index (default: exact, FAISS for an approximate index)")
+    add_index_arguments(parser, "auto: exact search up to 1,000,000 documents, FAISS IVF above; flat: exact; ivf, hnsw: "
                         "approximate FAISS indexes (with --backend faiss), their recall@100 against exact search printed (default: auto)")
     add_output_argument(parser, "also write the hits: .jsonl (one line per query) or .trec (a TREC run file)")
     add_overwrite_argument(parser)
@@ -67,6 +72,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_data_dir_argument(parser)
     add_device_argument(parser)
     add_devices_argument(parser)
+    add_model_backend_argument(parser)
     parser.set_defaults(func=run_search)
     return parser
 
@@ -109,7 +115,25 @@ def _check_args(args: argparse.Namespace) -> Path | None:
         raise ValueError(f"--index-type: {args.index_type} needs --backend faiss")
     if args.index is not None and Path(args.index).expanduser().is_file():
         raise ValueError(f"--index: {args.index} is a file; expected a folder")
+    check_model_backend(args)
     return output
+
+
+#: How an index records a model run by an ONNX backend (its ``model``, for people and for :func:`_built_with`).
+BACKEND_NOTE = " (--model-backend {})"
+
+
+def _recorded_model(args: argparse.Namespace) -> str:
+    """The model's name as the index records it: ``--model``, plus the backend when not torch."""
+    return args.model if args.model_backend == "torch" else args.model + BACKEND_NOTE.format(args.model_backend)
+
+
+def _built_with(meta: dict[str, Any]) -> str:
+    """The ``--model-backend`` that built a saved index (torch when its ``model`` names none)."""
+    from contrastive_bert.models import BACKENDS
+
+    recorded = str(meta.get("model") or "")
+    return next((backend for backend in BACKENDS if recorded.endswith(BACKEND_NOTE.format(backend))), "torch")
 
 
 def load_corpus(name_or_path: str, data_dir: str | None) -> dict[str, str]:
@@ -170,7 +194,17 @@ def _index(args: argparse.Namespace, model, corpus: dict[str, str], devices: lis
             if meta["fingerprint"] != corpus_fingerprint(list(corpus), list(corpus.values())):
                 raise ValueError(f"--index: {folder} holds another corpus ({meta['documents']} documents) than --corpus "
                                  f"{args.corpus} ({len(corpus)}); pass --overwrite to rebuild it or choose another folder")
-            index = CorpusIndex.load(folder, model, **search)
+            try:
+                index = CorpusIndex.load(folder, model, **search)
+            except ValueError as error:  # another model, or the same one run by another backend (its rows differ)
+                built = _built_with(meta)
+                if built == args.model_backend or not str(error).startswith("model: "):
+                    raise
+                name = str(meta.get("model") or "an unnamed model").removesuffix(BACKEND_NOTE.format(built))
+                raise ValueError(f"--index: {folder} was built by --model {name} with --model-backend {built}; this search "
+                                 f"runs --model-backend {args.model_backend}, whose embeddings differ, so the index's rows do "
+                                 f"not match its queries: search it with --model-backend {built} (and the same --model), "
+                                 f"or pass --overwrite to rebuild it with --model-backend {args.model_backend}") from None
             print(f"loaded the index of {len(index)} documents from {folder}")
             return index
     elif folder is not None and args.overwrite:
@@ -178,7 +212,7 @@ def _index(args: argparse.Namespace, model, corpus: dict[str, str], devices: lis
     verbose = logger.isEnabledFor(logging.INFO)
     try:
         index = CorpusIndex.build(model, corpus, batch_size=args.batch_size, show_progress_bar=verbose, folder=folder,
-                                  model_name=args.model, devices=devices, **search)
+                                  model_name=_recorded_model(args), devices=devices, **search)
     except ValueError as error:
         if folder is not None and str(error).startswith("folder: "):  # an unfinished index of another model or corpus
             raise ValueError(f"--index: {str(error).removeprefix('folder: ')}") from None
@@ -212,7 +246,7 @@ def run_search(args: argparse.Namespace) -> int:
     check_devices(devices, "--devices")  # the list first: the model's device is one of them
     check_device(device)
     corpus = load_corpus(args.corpus, args.data_dir)
-    model = load_model(args.model, device=device)
+    model = load_model(args.model, device=device, backend=args.model_backend)
     index = _index(args, model, corpus, devices)
     if index.backend != "exact":  # the default, the scorer's own search, goes without saying
         print(f"search: {index.describe_search()}")
