@@ -386,7 +386,7 @@ def run_mine_cell(spec: dict) -> dict:
     start = time.perf_counter()
     encode_normalized(model, query_texts, kind="query", batch_size=BATCH_SIZE)
     query_encode_seconds = time.perf_counter() - start
-    return {"stage": "mine", "size": spec["size"], "index_type": spec["index_type"], "seconds": seconds,
+    return {"stage": "mine", "size": spec["size"], "index_type": spec["index_type"], **_mining_version(), "seconds": seconds,
             "query_encode_seconds": query_encode_seconds, "seconds_without_query_encoding": max(seconds - query_encode_seconds, 0.0), "pairs": report.pairs, "queries": len(query_texts),
             "kept": report.kept, "dropped_near_positive": report.dropped_near_positive,
             "dropped_small_corpus": report.dropped_small_corpus, "negatives_per_row": len(mined.column_names) - 2,
@@ -573,6 +573,9 @@ def summarize(records: list[dict], dry_run: bool = False) -> dict:
         if record.get("stage") not in cells:
             superseded += 1  # the first version's cells (rows in memory, no stage in the key)
             continue
+        if record["stage"] == "mine" and record.get("search_chunk") != _mining_version()["search_chunk"]:
+            superseded += 1  # mined with another query block of the miner's search (256 was FAISS's slow path)
+            continue
         cells[record["stage"]].append(record)
     order = {"index": lambda c: (c["size"], INDEX_TYPES.index(c["index_type"])),
              "mine": lambda c: (c["size"], INDEX_TYPES.index(c["index_type"])),
@@ -600,7 +603,27 @@ def summarize(records: list[dict], dry_run: bool = False) -> dict:
             entry["minus_torch"] = entry["ndcg_at_10"] - quality["torch"]["ndcg_at_10"]
             entry["loss_under_half_a_point"] = entry["minus_torch"] > -0.5
     return {"cells": cells, "growth": growth(cells), "encoding_extrapolated": extrapolated, "quality": quality,
-            "superseded_records": superseded}
+            "largest": largest_cells(cells), "superseded_records": superseded}
+
+
+def largest_cells(cells: dict[str, list[dict]]) -> dict:
+    """What the README quotes: for ``index`` and ``mine``, each index type's cell at the largest size
+    measured (``size``: that size); for ``encode``, each backend's documents per second at the largest
+    size every backend reached, and its speed relative to torch there."""
+    largest: dict = {}
+    for stage in ("index", "mine"):
+        if cells[stage]:
+            size = max(c["size"] for c in cells[stage])
+            largest[stage] = {"size": size, **{c["index_type"]: c for c in cells[stage] if c["size"] == size}}
+    backends = {c["backend"] for c in cells["encode"]}
+    shared = [n for n in {c["documents"] for c in cells["encode"]}
+              if all(any(c["backend"] == b and c["documents"] == n for c in cells["encode"]) for b in backends)]
+    if shared:
+        size = max(shared)
+        rate = {c["backend"]: c["documents_per_second"] for c in cells["encode"] if c["documents"] == size}
+        largest["encode"] = {"documents": size, **{b: {"documents_per_second": r, "vs_torch": r / rate["torch"] if "torch" in rate else None}
+                                                   for b, r in rate.items()}}
+    return largest
 
 
 def plot(summary: dict, path: Path) -> None:
@@ -709,6 +732,14 @@ def _positive(values: list[int], flag: str) -> list[int]:
     return values
 
 
+def _mining_version() -> dict:
+    """What the mining cells' key records of the miner: its query block (``SEARCH_CHUNK``), so cells
+    measured with another block are not skipped as done nor summarised with these."""
+    from contrastive_bert.corpus_mining import SEARCH_CHUNK
+
+    return {"search_chunk": SEARCH_CHUNK}
+
+
 def cell_keys(args, stage: str) -> list[tuple[dict, dict]]:
     """``(key, spec)`` of every cell of ``stage`` the flags ask for (sizes as given; a dry run's shrunk)."""
     dry = {"dry_run": True} if args.dry_run else {}
@@ -718,7 +749,7 @@ def cell_keys(args, stage: str) -> list[tuple[dict, dict]]:
             size = max(size // DRY_RUN_DIVISOR, 100) if args.dry_run else size
             for index_type in args.index_types:
                 key = {"stage": stage, "size": size, "index_type": index_type, "threads": args.threads, "noise": args.noise,
-                       **({"queries": args.queries} if stage == "index" else {"pairs": args.pairs}), **dry}
+                       **({"queries": args.queries} if stage == "index" else {"pairs": args.pairs, **_mining_version()}), **dry}
                 out.append((key, {"stage": stage, "size": size, "index_type": index_type, "threads": args.threads,
                                   "queries_used": args.queries, "pairs": args.pairs, "data_dir": args.data_dir}))
     elif stage == "encode":

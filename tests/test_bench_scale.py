@@ -229,7 +229,7 @@ def test_summary_only_writes_the_json_and_the_figure(tmp_path):
                 "--threads", "1", "-q"])
     data = json.loads(output.read_text())
     assert data["benchmark"] == "bench_scale" and data["environment"] and not data["dry_run"]
-    assert data["protocol"]["auto_index_type"] == {"10000": "flat", "100000": "flat", "1000000": "hnsw"}
+    assert data["protocol"]["auto_index_type"] == {"10000": "flat", "100000": "flat", "1000000": "flat"}  # auto: exact up to a million documents
     assert data["capped"] == [] and len(data["cells"]["index"]) == 4
     assert output.with_suffix(".png").stat().st_size > 10_000
 
@@ -258,3 +258,21 @@ def test_a_dry_run_never_writes_under_eval_results(tmp_path, monkeypatch):
     written = json.loads((tmp_path / "bench_scale_dry_run" / "scale.json").read_text())
     assert written["dry_run"] and (tmp_path / "bench_scale_dry_run" / "scale.json").is_file()
     assert {p.name: p.stat().st_mtime_ns for p in bench.RESULTS.glob("scale*")} == before
+
+
+def test_largest_cells_are_what_the_readme_quotes():
+    cells = {
+        "index": [{"size": 10, "index_type": "flat", "query_seconds": 1.0}, {"size": 100, "index_type": "flat", "query_seconds": 4.0},
+                  {"size": 100, "index_type": "ivf", "query_seconds": 2.0}],
+        "mine": [{"size": 10, "index_type": "flat", "seconds": 3.0}],
+        "encode": [{"backend": "torch", "documents": 1000, "documents_per_second": 20.0},
+                   {"backend": "torch", "documents": 10000, "documents_per_second": 25.0},
+                   {"backend": "onnx-int8", "documents": 1000, "documents_per_second": 50.0}],
+        "quality": [],
+    }
+    largest = bench.largest_cells(cells)
+    assert largest["index"]["size"] == 100 and set(largest["index"]) == {"size", "flat", "ivf"}
+    assert largest["index"]["flat"]["query_seconds"] == 4.0 and largest["mine"]["flat"]["seconds"] == 3.0
+    # 10,000 documents has torch only: the largest size both backends reached is 1,000
+    assert largest["encode"] == {"documents": 1000, "torch": {"documents_per_second": 20.0, "vs_torch": 1.0},
+                                 "onnx-int8": {"documents_per_second": 50.0, "vs_torch": 2.5}}
