@@ -69,7 +69,7 @@ _HELP = {
     "freeze_embeddings": "freeze the token, position and type embeddings",
     "max_grad_norm": "clip the gradient norm to this value (0: no clipping)",
     "mixed_precision": "mixed precision: bf16 on CUDA or a CPU (fast on CPUs with AVX512_BF16/AMX, emulated elsewhere), "
-                       "fp16 on CUDA only; auto: bf16 or fp16 on CUDA, fp32 on a CPU",
+                       "fp16 on CUDA only; auto: bf16 or fp16 on CUDA, bf16 on a CPU with bf16 instructions (AVX512_BF16/AMX), else fp32",
     "stages": "JSON list of training stages run in order, each the fields it changes, e.g. '[{\"loss\": \"acl\"}, ...]'",
 }
 # Fields whose flags come from the shared helpers of cli/arguments.py.

@@ -21,9 +21,10 @@ logger = logging.getLogger(__name__)
 #: the /proc/cpuinfo flags of a CPU with bf16 arithmetic of its own (AVX512_BF16's dot products,
 #: AMX's bf16 tiles); without them CPU autocast in bf16 runs, but emulated in fp32 arithmetic
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-#: whether ``mixed_precision: auto`` trains in bf16 on a CPU with :data:`BF16_CPU_FLAGS`: off until
-#: eval/bench_cpu_precision.py -> eval/results/cpu_precision.json shows bf16 faster at equal nDCG@10
-AUTO_BF16_ON_CPU = False
+#: whether ``mixed_precision: auto`` trains in bf16 on a CPU with :data:`BF16_CPU_FLAGS`: on, since
+#: eval/bench_cpu_precision.py -> eval/results/cpu_precision.json measured bf16 faster per step at
+#: equal SciFact test nDCG@10 (``comparison.bf16_for_auto``; one seed of the SciFact recipe)
+AUTO_BF16_ON_CPU = True
 
 
 def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> frozenset[str]:
