@@ -87,13 +87,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 from contrastive_bert.benchmarking import RunLog, add_common_arguments, setup_from_args, write_results
+from contrastive_bert.training.retrieval_runs import PeakMemory
 
 logger = logging.getLogger("bench_scale")
 
@@ -135,37 +135,16 @@ def _status_mib(field: str) -> float:
     raise ValueError(f"field: /proc/self/status has no {field}")
 
 
-class AnonPeak:
-    """The largest anonymous resident memory (``RssAnon``, MiB) of this process while in the block,
-    sampled every ``interval`` seconds by a thread (FAISS and torch release the GIL while they work).
-    Attributes: ``before`` (at entry), ``peak`` (at least ``before`` and the value at exit)."""
-
-    def __init__(self, interval: float = SAMPLE_SECONDS) -> None:
-        self.interval = interval
-        self.before = self.peak = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _sample(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.peak = max(self.peak, _status_mib("RssAnon"))
-
-    def __enter__(self) -> AnonPeak:
-        self.before = self.peak = _status_mib("RssAnon")
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self.peak = max(self.peak, _status_mib("RssAnon"))
+def anon_peak(interval: float = SAMPLE_SECONDS) -> PeakMemory:
+    """The largest anonymous resident memory (``RssAnon``, MiB) of this process while in the block
+    (``before_mb``, ``peak_mb``), sampled every ``interval`` seconds by a thread (FAISS and torch
+    release the GIL while they work); mapped rows the OS may drop are left out."""
+    return PeakMemory(interval=interval, sample=lambda: _status_mib("RssAnon"))
 
 
-def _memory(peak: AnonPeak) -> dict:
-    return {"peak_rss_mib": _status_mib("VmHWM"), "peak_anon_mib": peak.peak, "before_anon_mib": peak.before,
-            "stage_mib": peak.peak - peak.before}
+def _memory(peak: PeakMemory) -> dict:
+    return {"peak_rss_mib": _status_mib("VmHWM"), "peak_anon_mib": peak.peak_mb, "before_anon_mib": peak.before_mb,
+            "stage_mib": peak.peak_mb - peak.before_mb}
 
 
 def _threads(count: int) -> None:
@@ -305,7 +284,7 @@ def run_index_cell(spec: dict) -> dict:
     rows = open_rows(spec["rows"])
     queries = np.ascontiguousarray(np.load(Path(spec["queries"]) / "embeddings.npy")[: spec["queries_used"]])
     index = VectorIndex(rows, spec["index_type"], backend="faiss")
-    with AnonPeak() as peak:
+    with anon_peak() as peak:
         start = time.perf_counter()
         index.build()
         build_seconds = time.perf_counter() - start
@@ -376,7 +355,7 @@ def run_mine_cell(spec: dict) -> dict:
     rows = open_rows(spec["rows"])
     if rows.shape[0] != len(data.corpus):
         raise ValueError(f"rows: {spec['rows']} holds {rows.shape[0]} rows, the corpus {len(data.corpus)} documents")
-    with AnonPeak() as peak:
+    with anon_peak() as peak:
         start = time.perf_counter()
         mined, report = mine_corpus_negatives(model, data, "train", corpus_embeddings=rows, index_type=spec["index_type"],
                                               max_positives_per_query=None, batch_size=BATCH_SIZE, return_report=True)
@@ -436,7 +415,7 @@ def run_encode_cell(spec: dict) -> dict:
     load_seconds = time.perf_counter() - start
     scratch = Path(spec["scratch"])
     scratch.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=scratch) as folder, AnonPeak() as peak:
+    with tempfile.TemporaryDirectory(dir=scratch) as folder, anon_peak() as peak:
         start = time.perf_counter()
         encoded = encode_corpus(model, ids, documents, folder=Path(folder) / "store", batch_size=BATCH_SIZE)
         seconds = time.perf_counter() - start

@@ -97,6 +97,17 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+def search_hits(out: str) -> list[list[str]]:
+    """The document ids ``contrastive-bert search`` printed under each ``query:`` line."""
+    blocks: list[list[str]] = []
+    for line in out.splitlines():
+        if line.startswith("query: "):
+            blocks.append([])
+        elif blocks and line.strip() and line.startswith("  "):
+            blocks[-1].append(line.split()[2])
+    return blocks
+
+
 def make_beir_folder(folder):
     """Eight documents, six train queries, a dev and a test query: a BEIR folder that trains in a second."""
     folder.mkdir()

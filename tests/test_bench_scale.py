@@ -59,13 +59,13 @@ def test_tiled_store_is_written_once_and_memory_mapped(tmp_path):
 
 
 def test_anon_peak_sees_memory_allocated_and_freed_inside_the_block():
-    with bench.AnonPeak(interval=0.005) as peak:
+    with bench.anon_peak(interval=0.005) as peak:
         block = np.ones(64 * 2**20 // 8)  # 64 MiB, touched
         import time
 
         time.sleep(0.05)
         del block
-    assert peak.peak - peak.before > 48
+    assert peak.peak_mb - peak.before_mb > 48
 
 
 def test_index_cell_over_a_mapped_store(tmp_path):

@@ -15,7 +15,7 @@ import os
 import resource
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,26 +229,28 @@ class PeakMemory:
     seconds (the process's lifetime peak would include mining and evaluation done before it).
 
     Attributes after the block: ``before_mb`` (resident at entry), ``peak_mb``, ``kind``
-    (``"rss"`` or ``"cuda"``)."""
+    (``"rss"`` or ``"cuda"``). ``sample``: what is sampled on the CPU, in MiB (default: the resident
+    set; ``eval/bench_scale.py`` samples the anonymous resident memory, leaving out mapped files)."""
 
-    def __init__(self, device: str = "cpu", interval: float = 0.05) -> None:
+    def __init__(self, device: str = "cpu", interval: float = 0.05, sample: Callable[[], float] | None = None) -> None:
         self.cuda = str(device).startswith("cuda") and torch.cuda.is_available()
         self.kind = "cuda" if self.cuda else "rss"
         self.interval = interval
+        self._read = sample or _rss_mb
         self.before_mb = self.peak_mb = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _sample(self) -> None:
         while not self._stop.wait(self.interval):
-            self.peak_mb = max(self.peak_mb, _rss_mb())
+            self.peak_mb = max(self.peak_mb, self._read())
 
     def __enter__(self) -> PeakMemory:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
             self.before_mb = torch.cuda.memory_allocated() / 2**20
         else:
-            self.before_mb = self.peak_mb = _rss_mb()
+            self.before_mb = self.peak_mb = self._read()
             self._thread = threading.Thread(target=self._sample, daemon=True)
             self._thread.start()
         return self
@@ -259,4 +261,4 @@ class PeakMemory:
         else:
             self._stop.set()
             self._thread.join()
-            self.peak_mb = max(self.peak_mb, _rss_mb())
+            self.peak_mb = max(self.peak_mb, self._read())

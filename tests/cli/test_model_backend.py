@@ -14,7 +14,7 @@ import contrastive_bert.models
 from contrastive_bert.cli import main
 from contrastive_bert.inference import CorpusIndex
 
-from conftest import make_beir_folder
+from conftest import make_beir_folder, search_hits
 
 pytest.importorskip("onnxruntime")
 
@@ -58,17 +58,6 @@ def _one_line_error(capsys, argv: list[str]) -> str:
     return err.strip().splitlines()[-1]
 
 
-def _hits(out: str) -> list[list[str]]:
-    """The document ids printed under each ``query:`` line."""
-    blocks: list[list[str]] = []
-    for line in out.splitlines():
-        if line.startswith("query: "):
-            blocks.append([])
-        elif blocks and line.strip() and line.startswith("  "):
-            blocks[-1].append(line.split()[2])
-    return blocks
-
-
 def test_eval_through_onnx_scores_as_torch(tmp_path, saved_tiny, onnx_cache, capsys):
     folder = make_beir_folder(tmp_path / "beir")
     scores = {}
@@ -88,11 +77,11 @@ def test_eval_through_onnx_scores_as_torch(tmp_path, saved_tiny, onnx_cache, cap
 def test_search_through_onnx_int8_and_an_index_kept_per_backend(tmp_path, saved_tiny, onnx_cache, capsys):
     folder = make_beir_folder(tmp_path / "beir")
     argv = ["search", "--model", saved_tiny, "--corpus", str(folder), "--query", "cats", "--query", "stars", "--top-k", "3"]
-    hits = _hits(_run(capsys, [*argv, "--model-backend", "onnx-int8", "--device", "cpu"]))
+    hits = search_hits(_run(capsys, [*argv, "--model-backend", "onnx-int8", "--device", "cpu"]))
     assert len(hits) == 2 and all(len(found) == 3 for found in hits)
 
     index = tmp_path / "index"
-    torch_hits = _hits(_run(capsys, [*argv, "--index", str(index)]))  # built by torch
+    torch_hits = search_hits(_run(capsys, [*argv, "--index", str(index)]))  # built by torch
     torch_weights = CorpusIndex.read_meta(index)["model_weights"]
     err = _one_line_error(capsys, [*argv, "--index", str(index), "--model-backend", "onnx-int8"])
     assert f"--index: {index} was built by --model {saved_tiny} with --model-backend torch" in err
@@ -104,10 +93,10 @@ def test_search_through_onnx_int8_and_an_index_kept_per_backend(tmp_path, saved_
     assert meta["model_weights"] != torch_weights  # the store's identity names the backend
     assert meta["model"] == f"{saved_tiny} (--model-backend onnx-int8)"
     out = _run(capsys, [*argv, "--index", str(index), "--model-backend", "onnx-int8"])
-    assert f"loaded the index of 8 documents from {index}" in out and _hits(out) == hits
+    assert f"loaded the index of 8 documents from {index}" in out and search_hits(out) == hits
     err = _one_line_error(capsys, [*argv, "--index", str(index)])  # and the torch model refuses the int8 rows
     assert "with --model-backend onnx-int8; this search runs --model-backend torch" in err
-    assert _hits(_run(capsys, [*argv, "--model-backend", "onnx"])) == torch_hits
+    assert search_hits(_run(capsys, [*argv, "--model-backend", "onnx"])) == torch_hits
 
 
 def _pairs_file(path):

@@ -10,18 +10,7 @@ import pytest
 from contrastive_bert.cli import main
 from contrastive_bert.inference import CorpusIndex
 
-from conftest import make_beir_folder
-
-
-def _hits(out: str) -> list[list[str]]:
-    """The document ids printed under each ``query:`` line."""
-    blocks = []
-    for line in out.splitlines():
-        if line.startswith("query: "):
-            blocks.append([])
-        elif blocks and line.strip() and line.startswith("  "):
-            blocks[-1].append(line.split()[2])
-    return blocks
+from conftest import make_beir_folder, search_hits
 
 
 def test_search_a_beir_folder_writes_jsonl_and_trec(tmp_path, tiny_loader, capsys):
@@ -29,7 +18,7 @@ def test_search_a_beir_folder_writes_jsonl_and_trec(tmp_path, tiny_loader, capsy
     jsonl, trec = tmp_path / "hits.jsonl", tmp_path / "run.trec"
     argv = ["search", "--model", "tiny", "--corpus", str(folder), "--query", "cats", "--query", "stars", "--top-k", "3"]
     assert main([*argv, "--output", str(jsonl)]) == 0
-    printed = _hits(capsys.readouterr().out)
+    printed = search_hits(capsys.readouterr().out)
     records = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert [r["query"] for r in records] == ["cats", "stars"] and [r["query_id"] for r in records] == ["1", "2"]
     assert printed == [[hit["id"] for hit in r["hits"]] for r in records] and all(len(p) == 3 for p in printed)
@@ -56,7 +45,7 @@ def test_a_text_file_corpus_has_line_number_ids_and_queries_from_input(tmp_path,
     queries = tmp_path / "queries.txt"
     queries.write_text("the cat sat\nstars at night\n")
     assert main(["search", "--model", "tiny", "--corpus", str(corpus), "--input", str(queries), "--top-k", "1"]) == 0
-    assert _hits(capsys.readouterr().out) == [["1"], ["4"]]  # identical text, cosine 1; blank line 2 skipped
+    assert search_hits(capsys.readouterr().out) == [["1"], ["4"]]  # identical text, cosine 1; blank line 2 skipped
 
 
 def test_the_index_folder_is_written_once_then_loaded(tmp_path, tiny_loader, capsys):
@@ -68,7 +57,7 @@ def test_the_index_folder_is_written_once_then_loaded(tmp_path, tiny_loader, cap
     assert f"encoded 8 documents; index saved to {index}" in first
     assert main(argv) == 0
     second = capsys.readouterr().out
-    assert f"loaded the index of 8 documents from {index}" in second and _hits(second) == _hits(first)
+    assert f"loaded the index of 8 documents from {index}" in second and search_hits(second) == search_hits(first)
     other = tmp_path / "other.txt"
     other.write_text("one document\n")
     assert main(["search", "--model", "tiny", "--corpus", str(other), "--query", "x", "--index", str(index)]) == 2
@@ -89,7 +78,7 @@ def test_the_index_folder_is_written_once_then_loaded(tmp_path, tiny_loader, cap
 def test_search_a_registry_retrieval_set(shared_data, tiny_loader, capsys):
     assert main(["search", "--model", "tiny", "--corpus", "scifact", "--data-dir", str(shared_data), "--query",
                  "vitamin D", "--top-k", "2", "--batch-size", "256"]) == 0
-    assert len(_hits(capsys.readouterr().out)[0]) == 2
+    assert len(search_hits(capsys.readouterr().out)[0]) == 2
 
 
 @pytest.mark.parametrize("extra, message", [
