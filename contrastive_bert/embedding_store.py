@@ -60,11 +60,14 @@ def corpus_fingerprint(ids: Sequence[str], texts: Sequence[str]) -> str:
 
 def weights_fingerprint(model: Any) -> str | None:
     """A SHA-256 of ``model``'s state dict (names, dtypes, shapes and bytes of every tensor, in
-    order): any changed weight changes it, the same weights on another device do not. None for a
-    model without a ``state_dict`` (an embedding function)."""
+    order): any changed weight changes it, the same weights on another device do not. A model that
+    encodes in another precision (``encoding_identity``: bf16 autocast) mixes that in first, so its
+    rows are never read as fp32's. None for a model without a ``state_dict`` (an embedding function)."""
     if not callable(getattr(model, "state_dict", None)):
         return None
     digest = hashlib.sha256()
+    if (encoding := getattr(model, "encoding_identity", None)) is not None:
+        digest.update(f"encoding\x00{encoding}\x00".encode("utf-8"))
     for name, tensor in model.state_dict().items():
         data = tensor.detach().to("cpu").contiguous().reshape(-1)
         digest.update(f"{name}\x00{data.dtype}\x00{tuple(tensor.shape)}\x00".encode("utf-8"))

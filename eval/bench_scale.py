@@ -6,8 +6,9 @@ Stages (``--stages``, each cell in a fresh process, ``--threads`` threads):
 * ``encode``: documents per second and peak memory of encoding real text into a store on disk
   (:func:`contrastive_bert.embedding_store.encode_corpus`, 64 per batch, the model's 256 tokens) at
   1,000, 10,000 and 50,000 documents (``--encode-sizes``): the 8,816 documents of SciFact and
-  NFCorpus, repeated in order as needed. Per backend (``--backends``): ``torch`` fp32, ``onnx``
-  fp32, ``onnx-int8`` (dynamic int8), through ``contrastive_bert.models.load_model(backend=...)``;
+  NFCorpus, repeated in order as needed. Per backend (``--backends``): ``torch`` fp32,
+  ``torch-bf16`` (bf16 autocast), ``onnx`` fp32, ``onnx-int8`` (dynamic int8), through
+  ``contrastive_bert.models.load_model(backend=...)``;
   a backend that this install cannot load is left out with its reason in the JSON
   (``backends_unavailable``). The 1,000,000-document time is *extrapolated* from the largest cell
   (documents per second) and from the fitted power law, and the JSON says so.
@@ -65,7 +66,7 @@ size ** 1.4-1.7):
     $B --stages index mine --sizes 1000000             # ~45-75 min: a 1.5 GB store written once, HNSW built twice
                                                        #   (~10-25 min each; skipped with a note if the 100k cell puts it over 30 min)
     $B --stages encode --backends torch                # ~45 min: 61,000 documents at ~23 a second
-    $B --stages encode --backends onnx onnx-int8       # once load_model has an ONNX backend (it has none yet)
+    $B --stages encode --backends torch-bf16 onnx onnx-int8
     $B --stages quality                                # ~4 min per backend (SciFact's 5,183 documents)
     $B --summary-only                                  # rebuild scale.json and scale.png from the log
 
@@ -103,7 +104,7 @@ STAGES = ("index", "mine", "encode", "quality")
 SIZES = (10_000, 100_000, 1_000_000)
 ENCODE_SIZES = (1_000, 10_000, 50_000)
 INDEX_TYPES = ("flat", "ivf", "hnsw")
-BACKENDS = ("torch", "onnx", "onnx-int8")
+BACKENDS = ("torch", "torch-bf16", "onnx", "onnx-int8")
 CORPORA = ("scifact", "nfcorpus")
 QUERY_SET = "scifact"
 QUERIES = 1_000
@@ -617,7 +618,7 @@ def plot(summary: dict, path: Path) -> None:
     if not summary["growth"]:
         return
     colors = {"encode": "tab:green", "build": "tab:orange", "search": "tab:blue", "mine": "tab:red", "mine_search": "tab:purple"}
-    styles = {"torch": "-", "onnx": "--", "onnx-int8": ":", "flat": "-", "ivf": "--", "hnsw": ":"}
+    styles = {"torch": "-", "torch-bf16": "-.", "onnx": "--", "onnx-int8": ":", "flat": "-", "ivf": "--", "hnsw": ":"}
     panels = (("seconds", "seconds_exponent", "seconds (search: 1,000 queries; mine: 1,000 pairs; encode: all)"),
               ("peak_rss_mib", "peak_rss_exponent", "peak RSS of the cell (MiB; mapped rows read included)"),
               ("stage_mib", "stage_memory_exponent", "the stage's own memory (MiB: peak anonymous - before)"))

@@ -20,7 +20,7 @@ def _cells(results: Results, stage: str) -> list[Mapping]:
 
 def _by_size(cells: list[Mapping], variant: str) -> dict[tuple, Mapping]:
     """Rows ordered by size, then variant (index type or backend)."""
-    order = {"flat": 0, "ivf": 1, "hnsw": 2, "torch": 0, "onnx": 1, "onnx-int8": 2}
+    order = {"flat": 0, "ivf": 1, "hnsw": 2, "torch": 0, "torch-bf16": 1, "onnx": 2, "onnx-int8": 3}
     cells = sorted(cells, key=lambda c: (c.get("size", c.get("documents", 0)), order.get(c.get(variant), 9)))
     return {(f"{c.get('size', c.get('documents')):,}", c.get(variant)): c for c in cells}
 

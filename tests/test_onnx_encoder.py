@@ -122,7 +122,7 @@ def test_load_model_backends(_tiny_model_session, tmp_path):
     assert int8.backend == "onnx-int8" and int8.path.name == "model-int8-matmul-per-channel.onnx"
     cosine = (int8.encode(TEXTS, normalize_embeddings=True) * encoder.encode(TEXTS, normalize_embeddings=True)).sum(1)
     assert (cosine > 0.99).all()
-    with pytest.raises(ValueError, match=r"backend: expected one of torch, onnx, onnx-int8, got 'tpu'"):
+    with pytest.raises(ValueError, match=r"backend: expected one of torch, torch-bf16, onnx, onnx-int8, got 'tpu'"):
         models.load_model(str(folder), backend="tpu")
     with pytest.raises(ValueError, match="onnx_threads: options of the onnx backends"):
         models.load_model(str(folder), onnx_threads=2)

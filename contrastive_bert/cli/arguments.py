@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import shutil
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_HELP = "'default' (the bundled all-MiniLM-L6-v2), a local folder or a hub id"
 
@@ -172,7 +175,9 @@ def add_model_backend_argument(parser: argparse.ArgumentParser) -> None:
     from contrastive_bert.models import BACKENDS  # a tuple of names: models imports no torch at import time
 
     parser.add_argument("--model-backend", choices=BACKENDS, default="torch",
-                        help="what runs the model that encodes the texts (not the search over them): torch, or ONNX "
+                        help="what runs the model that encodes the texts (not the search over them): torch; torch "
+                        "under bf16 autocast (torch-bf16: on a GPU, or a CPU with AVX512_BF16/AMX, faster than fp32 at "
+                        "nearly equal scores: docs/results.md); or ONNX "
                         "Runtime on the CPU in one process, fp32 (onnx: torch's embeddings within float rounding) or "
                         "dynamic int8 quantisation of its weights (onnx-int8: embeddings nearly equal); the "
                         "ONNX export is made once per model and cached under ~/.cache/contrastive_bert/onnx "
@@ -183,9 +188,13 @@ def add_model_backend_argument(parser: argparse.ArgumentParser) -> None:
 def check_model_backend(args: argparse.Namespace) -> str:
     """``--model-backend``, checked before anything loads: an ONNX backend encodes on the CPU in this
     process, so ``--devices`` and a ``--device`` other than the CPU are refused, and the extra to
-    install is named when onnxruntime is missing. Returns the backend."""
+    install is named when onnxruntime is missing; ``torch-bf16`` runs anywhere torch does, with one
+    warning where it would encode on a CPU without bf16 instructions. Returns the backend."""
     backend = getattr(args, "model_backend", "torch")
     if backend == "torch":
+        return backend
+    if backend == "torch-bf16":
+        _check_bf16_encoding_device(getattr(args, "device", None), getattr(args, "devices", None))
         return backend
     if getattr(args, "devices", None) is not None:
         raise ValueError(f"--model-backend: {backend} encodes on the CPU in one process; drop --devices {args.devices} "
@@ -201,6 +210,25 @@ def check_model_backend(args: argparse.Namespace) -> str:
     except ValueError as error:
         raise ValueError(f"--model-backend: {str(error).removeprefix('backend: ')}") from None
     return backend
+
+
+def _check_bf16_encoding_device(device: str | None, devices: str | None) -> None:
+    """One warning line when bf16 encoding would run on a CPU without bf16 instructions (emulated
+    there: slower than fp32, the opposite of what it is for)."""
+    named = [d.strip().lower() for d in (devices.split(",") if devices else [device] if device else [])]
+    if named and all(not d.startswith("cpu") for d in named):
+        return
+    if not named:
+        import torch
+
+        if torch.cuda.is_available():
+            return
+    from contrastive_bert.training.checks import BF16_CPU_FLAGS, cpu_supports_bf16
+
+    if not cpu_supports_bf16():
+        logger.warning(
+            "--model-backend: torch-bf16 on this CPU, which has no bf16 instructions (%s): bf16 runs emulated and "
+            "is likely slower than --model-backend torch", " or ".join(BF16_CPU_FLAGS))
 
 
 def add_index_arguments(parser: argparse.ArgumentParser, help: str) -> None:

@@ -1,7 +1,8 @@
 """``contrastive-bert eval``: score a model on registry tasks, print a table, write JSON.
 
-``--model-backend onnx`` / ``onnx-int8`` scores the model as ONNX Runtime runs it on the CPU (not
-with ``--mteb``, whose wrapper loads a SentenceTransformer)."""
+``--model-backend onnx`` / ``onnx-int8`` scores the model as ONNX Runtime runs it on the CPU,
+``torch-bf16`` as torch runs it under bf16 autocast (neither with ``--mteb``, whose wrapper loads
+the model itself)."""
 
 from __future__ import annotations
 
@@ -90,8 +91,8 @@ def run_eval(args: argparse.Namespace) -> int:
     names = list(args.tasks)
     output = check_output(args.output, args.overwrite)
     if args.mteb and args.model_backend != "torch":
-        raise ValueError(f"--model-backend: {args.model_backend} not with --mteb (mteb runs the model as a "
-                         "SentenceTransformer, through torch); drop --mteb to score it with this package's scorer")
+        raise ValueError(f"--model-backend: {args.model_backend} not with --mteb (mteb's wrapper loads the model "
+                         "itself, as a SentenceTransformer in fp32); drop --mteb to score it with this package's scorer")
     check_model_backend(args)
     check_model_name(args.model)
     device, devices = model_devices(args)

@@ -3,7 +3,8 @@
 A thin wrapper around :func:`sentence_transformers.util.mine_hard_negatives` (FAISS search,
 range_min/range_max, absolute/relative margins, max_score, sampling strategy): it only loads
 the pairs (a registered data set or a local file), the model and the corpus, and writes the result.
-``--model-backend onnx`` / ``onnx-int8`` encodes through ONNX Runtime on the CPU.
+``--model-backend onnx`` / ``onnx-int8`` encodes through ONNX Runtime on the CPU, ``torch-bf16``
+under bf16 autocast.
 """
 
 from __future__ import annotations

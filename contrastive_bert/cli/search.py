@@ -8,8 +8,9 @@ once) and refuse it when it was built by another model or from another corpus. `
 ``auto`` searches exactly up to 1,000,000 documents and through FAISS IVF above; an approximate
 index prints its recall@100 against exact search on 100 sample queries, and warns below 0.95.
 ``--devices cuda:0,cuda:1`` encodes the corpus on several devices at once, one process each.
-``--model-backend onnx`` / ``onnx-int8`` encodes through ONNX Runtime on the CPU (``--backend`` is
-the search over the encoded rows); an index is searched with the backend that built it.
+``--model-backend onnx`` / ``onnx-int8`` encodes through ONNX Runtime on the CPU, ``torch-bf16``
+under bf16 autocast (``--backend`` is the search over the encoded rows); an index is searched with
+the backend that built it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""``--model-backend torch|onnx|onnx-int8`` on ``eval``, ``search`` and ``mine``: the tiny BERT saved
-to a folder and loaded for real through each backend (the ONNX export cached in a temporary
+"""``--model-backend torch|onnx|onnx-int8`` on ``eval``, ``search`` and ``mine`` (``torch-bf16``:
+test_bf16_backend.py): the tiny BERT saved to a folder and loaded for real through each backend (the ONNX export cached in a temporary
 ``$XDG_CACHE_HOME``), scores and mined rows equal to torch's under fp32, an index of one backend
 refused by another, and bad combinations refused in one line before any model loads."""
 
@@ -153,5 +153,5 @@ def test_the_two_backend_flags_of_search_say_which_is_which(capsys):
         main(["search", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "--backend {exact,faiss} what searches the encoded corpus (not what encodes it: --model-backend)" in text
-    assert "--model-backend {torch,onnx,onnx-int8} what runs the model that encodes the texts (not the search over them)" in text
+    assert "--model-backend {torch,torch-bf16,onnx,onnx-int8} what runs the model that encodes the texts (not the search over them)" in text
     assert "dynamic int8 quantisation" in text and "~/.cache/contrastive_bert/onnx" in text
