@@ -20,12 +20,14 @@ one bit for bit).
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,7 +40,7 @@ from contrastive_bert.embeddings import encode_normalized
 logger = logging.getLogger(__name__)
 
 __all__ = ["CHUNK_ROWS", "CorpusEmbeddings", "check_devices", "corpus_fingerprint", "encode_corpus", "read_manifest",
-           "store_folder", "weights_fingerprint", "write_store"]
+           "release_freed_memory", "store_folder", "weights_fingerprint", "write_store"]
 
 #: Documents per encode call (and per resumable step of a store on disk).
 CHUNK_ROWS = 16_384
@@ -178,6 +180,28 @@ def check_devices(devices: Sequence[str] | None, name: str = "devices") -> list[
     return list(devices)
 
 
+@lru_cache(maxsize=1)
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc; absent on macOS, Windows, musl
+    except (AttributeError, OSError, TypeError):
+        return None
+
+
+def release_freed_memory() -> bool:
+    """Hand the memory the C allocator holds freed back to the operating system (glibc's
+    ``malloc_trim``); False where there is none. Called between chunks: a chunk's encode calls
+    allocate activations of every padded length (a batch of 64 x 256 tokens holds about 200 MB of
+    attention scores per layer), and glibc keeps what they free, so without it the resident memory
+    of a long encoding creeps up chunk after chunk (on this CPU, bf16: from 0.4 to 1.3 GB over six
+    chunks of 2,000 documents without it; back to about 0.5 GB after each chunk with it)."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
 def _open_rows(folder: Path, manifest: dict[str, Any], mode: str) -> np.ndarray | None:
     """The store's array (``mode`` "r+" to write, "c" to read), None if it does not match its manifest."""
     try:
@@ -297,6 +321,7 @@ def encode_corpus(
                             **settings, "rows_done": end}
                 _write_manifest(folder, manifest)
             bar.update(end - begin)
+            release_freed_memory()
     finally:
         bar.close()
         if pool is not None:  # also on an error or Ctrl-C: no worker outlives the call

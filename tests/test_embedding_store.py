@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 
 import numpy as np
 import pytest
 import torch
 
+import contrastive_bert.embedding_store as embedding_store
 from contrastive_bert.embedding_store import ARRAY_FILE, MANIFEST_FILE, encode_corpus, read_manifest, store_folder
 from contrastive_bert.embeddings import encode_normalized
 
@@ -104,3 +106,11 @@ def test_damaged_manifest_or_bad_arguments(tiny_model, tmp_path):
     with pytest.raises(ValueError, match="if_other"):
         encode_corpus(tiny_model, IDS, TEXTS, if_other="keep")
     assert store_folder(tmp_path, "0123456789abcdef0123").name == "corpus-0123456789abcdef"
+
+
+def test_freed_memory_goes_back_to_the_system_after_each_chunk(tiny_model, tmp_path, monkeypatch):
+    assert embedding_store.release_freed_memory() is sys.platform.startswith("linux")  # glibc here: trimmed
+    after = []
+    monkeypatch.setattr(embedding_store, "release_freed_memory", lambda: after.append(len(after)))
+    encode_corpus(tiny_model, IDS, TEXTS, batch_size=8, chunk_rows=12, folder=tmp_path / "store")
+    assert len(after) == len(range(0, len(IDS), 12))  # once per chunk
