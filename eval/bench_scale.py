@@ -85,10 +85,15 @@ import json
 import logging
 import math
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -100,7 +105,7 @@ logger = logging.getLogger("bench_scale")
 
 RESULTS = Path(__file__).parent / "results"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "contrastive_bert" / "bench_scale_embeddings"
-STAGES = ("index", "mine", "encode", "quality")
+STAGES = ("index", "mine", "encode", "quality", "cli")
 SIZES = (10_000, 100_000, 1_000_000)
 ENCODE_SIZES = (1_000, 10_000, 50_000)
 INDEX_TYPES = ("flat", "ivf", "hnsw")
@@ -119,7 +124,14 @@ DRY_RUN_DIVISOR = 100
 DRY_RUN_QUERIES = 50
 DRY_RUN_QUALITY_QUERIES = 16
 DRY_RUN_QUALITY_DOCUMENTS = 300
+DRY_RUN_CLI_DOCUMENTS = 6_000  # SciFact's 5,183 documents and some sentences
 SAMPLE_SECONDS = 0.02
+CLI_DOCUMENTS = 1_000_000
+CLI_COMMANDS = ("search", "mine")
+CLI_BACKEND = "torch-bf16"
+CLI_INTERRUPT_AT = 0.5  # the first search is interrupted once this share of the corpus is encoded
+CLI_SAMPLE_SECONDS = 0.2
+MIN_SENTENCE_WORDS = 6
 
 
 # --- memory -------------------------------------------------------------------------------------
@@ -452,7 +464,171 @@ def run_quality_cell(spec: dict) -> dict:
             "seconds": time.perf_counter() - start, "threads": spec["threads"]}
 
 
-CELLS = {"index": run_index_cell, "mine": run_mine_cell, "encode": run_encode_cell, "quality": run_quality_cell}
+# --- the CLI at scale ---------------------------------------------------------------------------
+
+
+def cli_corpus(data_dir: str | None, documents: int, folder: Path) -> dict:
+    """A BEIR folder of ``documents`` real documents for the ``cli`` stage, written once into
+    ``folder``: SciFact's corpus first (with its queries and train / test judgements, so ``mine``
+    has pairs and judged documents and ``search`` real queries), then the sentences of SciFact's and
+    NFCorpus's documents (``MIN_SENTENCE_WORDS`` words or more), repeated in order as needed: real
+    text, shorter than a whole document, and, beyond the distinct sentences, repeated."""
+    done = folder / "corpus.json"
+    if done.is_file():
+        return json.loads(done.read_text(encoding="utf-8"))
+    query_set = load_query_set(data_dir)
+    _, texts = real_documents(data_dir)
+    sentences = [s for text in texts for s in re.split(r"(?<=[.!?])\s+", text) if len(s.split()) >= MIN_SENTENCE_WORDS]
+    if documents < len(query_set.corpus):
+        raise ValueError(f"documents: at least SciFact's {len(query_set.corpus)} documents, got {documents}")
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "corpus.jsonl.partial", "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps({"_id": doc_id, "title": "", "text": text}) + "\n"
+                          for doc_id, text in query_set.corpus.items())
+        handle.writelines(json.dumps({"_id": f"s{i}", "title": "", "text": sentences[i % len(sentences)]}) + "\n"
+                          for i in range(documents - len(query_set.corpus)))
+    os.replace(folder / "corpus.jsonl.partial", folder / "corpus.jsonl")
+    with open(folder / "queries.jsonl", "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps({"_id": q, "text": t}) + "\n" for q, t in query_set.queries.items())
+    test = query_set.split("test")
+    with open(folder / "test_queries.jsonl", "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps({"_id": q, "text": query_set.queries[q]}) + "\n" for q in sorted(test) if q in query_set.queries)
+    (folder / "qrels").mkdir(exist_ok=True)
+    for split in ("train", "test"):
+        rows = [f"{q}\t{d}\t{score}\n" for q, judged in sorted(query_set.split(split).items()) for d, score in judged.items()]
+        (folder / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(rows), encoding="utf-8")
+    lengths = [len(s.split()) for s in sentences]
+    info = {"documents": documents, "scifact_documents": len(query_set.corpus), "sentences": documents - len(query_set.corpus),
+            "distinct_sentences": min(len(sentences), documents - len(query_set.corpus)),
+            "mean_sentence_words": float(np.mean(lengths)), "test_queries": len(test)}
+    done.write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+    return info
+
+
+def _proc_mib(pid: int) -> dict[str, float]:
+    """``VmHWM`` (peak resident) and ``RssAnon`` (anonymous resident now) of process ``pid`` in MiB;
+    empty once it has exited."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as handle:
+            return {line.split(":")[0]: int(line.split()[1]) / 1024 for line in handle
+                    if line.startswith(("VmHWM:", "RssAnon:"))}
+    except (OSError, ValueError):
+        return {}
+
+
+def run_cli(argv: list[str], threads: int, interrupt: Callable[[], bool] | None = None) -> dict:
+    """Run ``contrastive-bert ARGV`` in a fresh process, sampling its memory every
+    ``CLI_SAMPLE_SECONDS``; ``interrupt``: send it SIGINT (Ctrl-C) once this returns True. Its
+    seconds, exit status, peak resident and peak anonymous memory, and output."""
+    command = [sys.executable, "-m", "contrastive_bert.cli", *argv]
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+    peak = {"VmHWM": 0.0, "RssAnon": 0.0}
+    interrupted = False
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        pumps = [threading.Thread(target=lambda src=src, dst=dst: dst.writelines(src), daemon=True)
+                 for src, dst in ((process.stdout, out), (process.stderr, err))]
+        for pump in pumps:
+            pump.start()
+        while process.poll() is None:
+            for field, value in _proc_mib(process.pid).items():
+                peak[field] = max(peak[field], value)
+            if interrupt is not None and not interrupted and interrupt():
+                process.send_signal(signal.SIGINT)
+                interrupted = True
+            time.sleep(CLI_SAMPLE_SECONDS)
+        for pump in pumps:
+            pump.join()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    return {"argv": argv, "seconds": time.perf_counter() - start, "returncode": process.returncode,
+            "interrupted": interrupted, "peak_rss_mib": peak["VmHWM"], "peak_anon_mib": peak["RssAnon"],
+            "stdout_tail": stdout[-2000:], "stderr_tail": stderr[-2000:]}
+
+
+def _rows_done(folder: Path) -> int:
+    from contrastive_bert.embedding_store import read_manifest
+
+    manifest = read_manifest(folder)
+    return 0 if manifest is None else int(manifest["rows_done"])
+
+
+def run_cli_cell(spec: dict) -> dict:
+    """``spec["command"]`` run as a user would, on the ``cli_corpus`` of ``spec["documents"]``:
+
+    * ``search``: ``search --corpus corpus.jsonl --index DIR`` for SciFact's test queries,
+      interrupted (SIGINT) once ``CLI_INTERRUPT_AT`` of the corpus is encoded, run again (it resumes
+      at the first missing chunk), and a third time (the index read back, nothing encoded); the
+      resumed and read-back runs must give the same hits;
+    * ``mine``: ``mine --dataset FOLDER --embeddings-dir DIR`` for SciFact's train pairs. Where the
+      ``search`` cell has run, DIR holds its store (the same corpus, model and backend: the store a
+      second ``mine`` would read back), so this cell measures mining alone, not encoding again
+      (``store_from_search_cell``).
+
+    Each run's seconds and peak memory (resident, and anonymous: what the process holds beside the
+    embeddings mapped from disk)."""
+    folder = Path(spec["folder"])
+    corpus = cli_corpus(spec["data_dir"], spec["documents"], folder)
+    common = ["--model", spec.get("model", "default"), "--model-backend", spec["backend"], "--device", "cpu",
+              "--batch-size", str(BATCH_SIZE)]
+    work = folder / spec["command"]
+    shutil.rmtree(work, ignore_errors=True)  # a cell starts from nothing: an earlier attempt's store would be read back
+    work.mkdir(parents=True)
+    search_index = folder / "search" / "index"
+    runs = {}
+    if spec["command"] == "search":
+        index = work / "index"
+        argv = ["search", "--corpus", str(folder / "corpus.jsonl"), "--index", str(index), "--input",
+                str(folder / "test_queries.jsonl"), "--top-k", "10", *common]
+        threshold = int(spec["documents"] * CLI_INTERRUPT_AT)
+        runs["interrupted"] = run_cli([*argv, "--output", str(work / "hits_interrupted.jsonl")], spec["threads"],
+                                      interrupt=lambda: _rows_done(index) >= threshold)
+        runs["interrupted"]["rows_done"] = _rows_done(index)
+        runs["resumed"] = run_cli([*argv, "--output", str(work / "hits_resumed.jsonl")], spec["threads"])
+        runs["read_back"] = run_cli([*argv, "--output", str(work / "hits_read_back.jsonl")], spec["threads"])
+        for name in ("resumed", "read_back"):
+            if runs[name]["returncode"] != 0:
+                raise RuntimeError(f"search {name} failed:\n{runs[name]['stderr_tail']}")
+        same = (work / "hits_resumed.jsonl").read_bytes() == (work / "hits_read_back.jsonl").read_bytes()
+        rows_mib = (index / "embeddings.npy").stat().st_size / 2**20
+        result = {"same_hits_resumed_and_read_back": same, "resumed_line": next(
+            (line for line in runs["resumed"]["stdout_tail"].splitlines() if line.startswith("encoded ")), None)}
+        for hits in work.glob("hits_*.jsonl"):
+            hits.unlink()  # the index stays: the mine cell reads its rows
+    else:
+        from contrastive_bert.embedding_store import corpus_fingerprint, read_manifest, store_folder
+
+        output, stores = work / "mined.jsonl", work / "embeddings"
+        manifest = read_manifest(search_index)
+        reused = manifest is not None and manifest["rows_done"] == manifest["documents"] == spec["documents"]
+        if reused:  # where mine keeps this corpus's store: the search cell's rows, if the corpus is the same
+            from contrastive_bert.cli.search import load_corpus
+
+            texts = load_corpus(str(folder / "corpus.jsonl"), None)
+            stores.mkdir()
+            store_folder(stores, corpus_fingerprint(list(texts), list(texts.values()))).symlink_to(search_index.resolve())
+            del texts
+        written = (search_index / "embeddings.npy").stat().st_mtime_ns if reused else None
+        runs["mine"] = run_cli(["mine", "--dataset", str(folder), "--output", str(output), "--embeddings-dir", str(stores),
+                                "--num-negatives", "1", *common], spec["threads"])
+        if runs["mine"]["returncode"] != 0:
+            raise RuntimeError(f"mine failed:\n{runs['mine']['stderr_tail']}")
+        rows_mib = sum(p.stat().st_size for p in stores.glob("*/embeddings.npy")) / 2**20
+        with open(output, encoding="utf-8") as handle:
+            result = {"rows_mined": sum(1 for _ in handle), "store_from_search_cell": reused,
+                      "store_untouched": reused and (search_index / "embeddings.npy").stat().st_mtime_ns == written}
+        shutil.rmtree(work, ignore_errors=True)  # the mined rows and the link: measured, not kept
+    return {"stage": "cli", "command": spec["command"], "documents": spec["documents"], "backend": spec["backend"],
+            "corpus": corpus, "runs": runs, "rows_mib": rows_mib, **result,
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in runs.values()),
+            "peak_anon_mib": max(r["peak_anon_mib"] for r in runs.values()),
+            "seconds": sum(r["seconds"] for r in runs.values()), "threads": spec["threads"], "load_average": os.getloadavg()[0]}
+
+
+CELLS = {"index": run_index_cell, "mine": run_mine_cell, "encode": run_encode_cell, "quality": run_quality_cell,
+         "cli": run_cli_cell}
 
 
 def run_cell(spec: dict) -> dict:
@@ -560,7 +736,8 @@ def summarize(records: list[dict], dry_run: bool = False) -> dict:
     order = {"index": lambda c: (c["size"], INDEX_TYPES.index(c["index_type"])),
              "mine": lambda c: (c["size"], INDEX_TYPES.index(c["index_type"])),
              "encode": lambda c: (BACKENDS.index(c["backend"]), c["documents"]),
-             "quality": lambda c: BACKENDS.index(c["backend"])}
+             "quality": lambda c: BACKENDS.index(c["backend"]),
+             "cli": lambda c: (c["documents"], CLI_COMMANDS.index(c["command"]))}
     for stage, key in order.items():
         cells[stage].sort(key=key)
     extrapolated = {}
@@ -740,6 +917,14 @@ def cell_keys(args, stage: str) -> list[tuple[dict, dict]]:
                        "batch_size": BATCH_SIZE, **dry}
                 out.append((key, {"stage": "encode", "documents": documents, "backend": backend, "threads": args.threads,
                                   "data_dir": args.data_dir, "scratch": str(Path(args.cache_dir) / "scratch")}))
+    elif stage == "cli":
+        documents = DRY_RUN_CLI_DOCUMENTS if args.dry_run else CLI_DOCUMENTS
+        for command in CLI_COMMANDS:
+            key = {"stage": "cli", "command": command, "documents": documents, "backend": CLI_BACKEND, "threads": args.threads,
+                   "batch_size": BATCH_SIZE, **dry}
+            out.append((key, {"stage": "cli", "command": command, "documents": documents, "backend": CLI_BACKEND,
+                              "threads": args.threads, "data_dir": args.data_dir,
+                              "folder": str(Path(args.cache_dir) / f"cli-{documents}")}))
     else:
         for backend in args.backends:
             key = {"stage": "quality", "backend": backend, "data": QUERY_SET, "split": "test", **dry}
@@ -767,6 +952,10 @@ def _report(record: dict) -> str:
     if record["stage"] == "mine":
         return (f"mine {record['index_type']} {record['size']}: {record['seconds']:.1f} s for {record['pairs']} pairs "
                 f"({record['kept']} kept), {memory}")
+    if record["stage"] == "cli":
+        runs = ", ".join(f"{name} {run['seconds']:.0f} s" for name, run in record["runs"].items())
+        return (f"cli {record['command']} {record['documents']}: {runs}; peak RSS {record['peak_rss_mib']:.0f} MiB, "
+                f"anonymous {record['peak_anon_mib']:.0f} MiB, rows {record['rows_mib']:.0f} MiB")
     if record["stage"] == "encode":
         return (f"encode {record['backend']} {record['documents']}: {record['documents_per_second']:.1f} documents/s, {memory}")
     return f"quality {record['backend']}: SciFact test nDCG@10 {record['ndcg_at_10']:.2f}"
@@ -842,7 +1031,8 @@ def main(argv: list[str] | None = None) -> None:
             if log.done(key):
                 logger.info("done before: %s", key)
                 continue
-            kind = f"{stage}-{spec.get('size', spec.get('documents', ''))}-{spec.get('index_type', spec.get('backend'))}"
+            kind = (f"{stage}-{spec.get('command', '')}{spec.get('size', spec.get('documents', ''))}-"
+                    f"{spec.get('index_type', spec.get('backend'))}")
             if not args.budget.allows(kind):
                 break
             if spec.get("index_type") == "hnsw":

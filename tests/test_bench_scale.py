@@ -276,3 +276,38 @@ def test_largest_cells_are_what_the_readme_quotes():
     # 10,000 documents has torch only: the largest size both backends reached is 1,000
     assert largest["encode"] == {"documents": 1000, "torch": {"documents_per_second": 20.0, "vs_torch": 1.0},
                                  "onnx-int8": {"documents_per_second": 50.0, "vs_torch": 2.5}}
+
+
+def test_cli_corpus_is_scifact_then_its_sentences_written_once(tmp_path, monkeypatch):
+    _fake_documents(monkeypatch)
+    info = bench.cli_corpus(None, 45, tmp_path / "cli")
+    assert info == {"documents": 45, "scifact_documents": 30, "sentences": 15, "distinct_sentences": 15,
+                    "mean_sentence_words": 6.0, "test_queries": 4}
+    rows = [json.loads(line) for line in (tmp_path / "cli" / "corpus.jsonl").read_text().splitlines()]
+    assert [r["_id"] for r in rows] == [f"d{i}" for i in range(30)] + [f"s{i}" for i in range(15)]
+    assert rows[30]["text"] == "document number 0 about topic 0" and rows[0]["text"] == "document 0"
+    assert (tmp_path / "cli" / "qrels" / "train.tsv").read_text().splitlines()[:2] == ["query-id\tcorpus-id\tscore", "q0\td0\t1"]
+    assert len((tmp_path / "cli" / "test_queries.jsonl").read_text().splitlines()) == 4
+    before = (tmp_path / "cli" / "corpus.jsonl").stat().st_mtime_ns
+    assert bench.cli_corpus(None, 45, tmp_path / "cli") == info  # read back, not written again
+    assert (tmp_path / "cli" / "corpus.jsonl").stat().st_mtime_ns == before
+    with pytest.raises(ValueError, match="documents: at least SciFact's 30 documents, got 20"):
+        bench.cli_corpus(None, 20, tmp_path / "other")
+
+
+def test_cli_cells_run_search_resumed_and_read_back_then_mine_on_its_store(tmp_path, monkeypatch, _tiny_model_session):
+    """The real CLI in fresh processes (the tiny BERT saved to a folder): the search cell's resumed
+    and read-back runs give the same hits, and the mine cell reads the search cell's rows back."""
+    _fake_documents(monkeypatch)
+    model = tmp_path / "model"
+    _tiny_model_session.save(str(model))
+    spec = {"stage": "cli", "documents": 45, "backend": "torch", "threads": 1, "data_dir": None,
+            "folder": str(tmp_path / "cli"), "model": str(model)}
+    search = bench.run_cell({**spec, "command": "search"})
+    assert search["same_hits_resumed_and_read_back"] and search["runs"]["read_back"]["returncode"] == 0
+    assert search["runs"]["interrupted"]["interrupted"]  # SIGINT sent once the threshold was reached
+    assert search["rows_mib"] == pytest.approx(45 * 32 * 4 / 2**20, rel=0.1) and search["peak_rss_mib"] > 0
+    assert "loaded the index of 45 documents" in search["runs"]["read_back"]["stdout_tail"]
+    mine = bench.run_cell({**spec, "command": "mine"})
+    assert mine["store_from_search_cell"] and mine["store_untouched"] and mine["rows_mined"] > 0
+    assert not (tmp_path / "cli" / "mine").exists() and (tmp_path / "cli" / "search" / "index" / "embeddings.npy").is_file()
