@@ -144,17 +144,16 @@ def load_corpus(name_or_path: str, data_dir: str | None) -> dict[str, str]:
     if path.is_dir() and (path / "corpus.jsonl").is_file():  # a BEIR folder, judgements or not
         path = path / "corpus.jsonl"
     if path.is_file():
-        from contrastive_bert.data.beir import corpus_texts, read_corpus
+        from contrastive_bert.data.beir import read_corpus_texts
 
         if path.suffix.lower() == ".txt":
-            lines = path.read_text(encoding="utf-8").splitlines()
-            corpus = {str(number): line.strip() for number, line in enumerate(lines, start=1) if line.strip()}
+            with open(path, encoding="utf-8") as handle:
+                corpus = {str(number): line.strip() for number, line in enumerate(handle, start=1) if line.strip()}
         elif path.suffix.lower() == ".jsonl":
             try:
-                columns = read_corpus(path)
+                corpus = read_corpus_texts(path)
             except KeyError as missing:
                 raise ValueError(f"--corpus: {path} is not a BEIR corpus.jsonl: a line has no {missing} field") from None
-            corpus = corpus_texts(columns)
         else:
             raise ValueError(f"--corpus: expected a retrieval data set name, a BEIR folder, a corpus.jsonl or a .txt file, got {path}")
         if not corpus:

@@ -17,7 +17,7 @@ import json
 import random
 import shlex
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,23 +42,39 @@ def corpus_texts(columns: Mapping[str, Sequence]) -> dict[str, str]:
     return {i: document_text(t, x) for i, t, x in zip(columns["id"], columns["title"], columns["text"])}
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """Every JSON object of a ``.jsonl`` file (blank lines skipped)."""
+def iter_jsonl(path: Path) -> Iterator[dict]:
+    """Each JSON object of a ``.jsonl`` file in turn (blank lines skipped): a reader keeps only the
+    fields it needs, so a million-document corpus never holds a million parsed rows at once (their
+    memory, freed between the strings kept, would stay with the process)."""
     with open(require_file(path), encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+def _columns(path: Path, fields: Sequence[str]) -> dict[str, list]:
+    columns: dict[str, list] = {"id": [], **{field: [] for field in fields}}
+    for row in iter_jsonl(path):
+        columns["id"].append(str(row["_id"]))
+        for field in fields:
+            columns[field].append(row.get(field) or "")
+    return columns
 
 
 def read_corpus(path: Path) -> dict[str, list]:
     """``corpus.jsonl`` as columns ``id``, ``title``, ``text``."""
-    rows = read_jsonl(path)
-    return {"id": [str(r["_id"]) for r in rows], "title": [r.get("title") or "" for r in rows],
-            "text": [r.get("text") or "" for r in rows]}
+    return _columns(path, ("title", "text"))
+
+
+def read_corpus_texts(path: Path) -> dict[str, str]:
+    """``corpus.jsonl`` as ``{document id: text to encode}`` (:func:`document_text`), read line by
+    line: equal to ``corpus_texts(read_corpus(path))`` without holding the columns beside it."""
+    return {str(row["_id"]): document_text(row.get("title"), row.get("text")) for row in iter_jsonl(path)}
 
 
 def read_queries(path: Path) -> dict[str, list]:
     """``queries.jsonl`` as columns ``id``, ``text``."""
-    rows = read_jsonl(path)
-    return {"id": [str(r["_id"]) for r in rows], "text": [r.get("text") or "" for r in rows]}
+    return _columns(path, ("text",))
 
 
 def read_qrels(path: Path) -> dict[str, list]:

@@ -8,7 +8,16 @@ from collections import Counter
 import pytest
 
 from contrastive_bert.data import REGISTRY, get_dataset, load_dataset
-from contrastive_bert.data.beir import RetrievalData, document_text, read_qrels, split_queries
+from contrastive_bert.data.beir import (
+    RetrievalData,
+    corpus_texts,
+    document_text,
+    read_corpus,
+    read_corpus_texts,
+    read_qrels,
+    read_queries,
+    split_queries,
+)
 from contrastive_bert.data.training_pairs import retrieval_pairs
 from contrastive_bert.training.losses_registry import DATA_FORMATS
 from contrastive_bert.training.train_data import _COMPATIBLE, build_train_dataset
@@ -83,6 +92,20 @@ def test_qrels_reader_skips_header_and_crlf(tmp_path):
     path = tmp_path / "q.tsv"
     path.write_text("query-id\tcorpus-id\tscore\r\n1\t10\t1\r\n2\t20\t2\r\n\r\n")
     assert read_qrels(path) == {"query_id": ["1", "2"], "corpus_id": ["10", "20"], "score": [1, 2]}
+
+
+def test_corpus_and_queries_read_line_by_line(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"_id": 7, "title": "T", "text": "body"}\n\n{"_id": "b", "text": "only text"}\n'
+                    '{"_id": "c", "title": "only title", "text": null}\n', encoding="utf-8")
+    assert read_corpus(path) == {"id": ["7", "b", "c"], "title": ["T", "", "only title"], "text": ["body", "only text", ""]}
+    assert read_corpus_texts(path) == corpus_texts(read_corpus(path)) == {"7": "T body", "b": "only text", "c": "only title"}
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text('{"_id": "q1", "text": "why?"}\n{"_id": "q2"}\n', encoding="utf-8")
+    assert read_queries(queries) == {"id": ["q1", "q2"], "text": ["why?", ""]}
+    path.write_text('{"title": "no id", "text": "x"}\n', encoding="utf-8")
+    with pytest.raises(KeyError, match="_id"):
+        read_corpus_texts(path)
 
 
 def test_split_queries_is_fixed_and_disjoint():
