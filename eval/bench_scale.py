@@ -24,6 +24,14 @@ Stages (``--stages``, each cell in a fresh process, ``--threads`` threads):
   relevant document) pairs of SciFact against the corpus through the given index: seconds (query
   encoding included; ``query_encode_seconds`` says how much of it that is) and peak memory.
 
+* ``cli``: the CLI as a user runs it (``python -m contrastive_bert.cli``, ``--model-backend
+  torch-bf16``), on a BEIR folder of 1,000,000 real documents (SciFact's corpus, queries and
+  judgements, then sentences of SciFact's and NFCorpus's documents, repeated beyond the distinct
+  ones): ``search --corpus corpus.jsonl --index DIR`` for SciFact's test queries, interrupted
+  (Ctrl-C) once half the corpus is encoded, run again (it resumes), and once more (the index read
+  back; the same hits); then ``mine --dataset FOLDER --embeddings-dir DIR`` on the search's store.
+  Seconds and peak memory per process (``cli`` in the JSON: the largest corpus, per command).
+
 Documents of ``index`` and ``mine``: the real document embeddings of SciFact and NFCorpus (8,816,
 encoded once by the bundled all-MiniLM-L6-v2 into stores under ``--cache-dir``, resumable) first;
 beyond them copies of those rows, copy ``c`` moved by Gaussian noise of norm ``--noise`` (0.5:
@@ -68,6 +76,7 @@ size ** 1.4-1.7):
     $B --stages encode --backends torch                # ~45 min: 61,000 documents at ~23 a second
     $B --stages encode --backends torch-bf16 onnx onnx-int8
     $B --stages quality                                # ~4 min per backend (SciFact's 5,183 documents)
+    $B --stages cli                                    # ~1 h: a million sentences encoded once, in bf16
     $B --summary-only                                  # rebuild scale.json and scale.png from the log
 
 A smoke run (about 4 minutes, most of it loading the model in each mining cell; writes under the
@@ -131,6 +140,9 @@ CLI_COMMANDS = ("search", "mine")
 CLI_BACKEND = "torch-bf16"
 CLI_INTERRUPT_AT = 0.5  # the first search is interrupted once this share of the corpus is encoded
 CLI_SAMPLE_SECONDS = 0.2
+#: 2: Ctrl-C reaches the child (version 1's search ignored it and ran to the end) and a corpus.jsonl
+#: is read line by line (version 1 held every parsed row at once: 0.6 GB more at a million)
+CLI_VERSION = 2
 MIN_SENTENCE_WORDS = 6
 
 
@@ -516,6 +528,13 @@ def _proc_mib(pid: int) -> dict[str, float]:
         return {}
 
 
+def _default_sigint() -> None:
+    """In the child before it runs: Ctrl-C's default action back. A benchmark started in the
+    background (``nohup ... &``) ignores SIGINT, children inherit that, and Python then installs no
+    KeyboardInterrupt handler: the interruption would be silently ignored (it was, once)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_cli(argv: list[str], threads: int, interrupt: Callable[[], bool] | None = None) -> dict:
     """Run ``contrastive-bert ARGV`` in a fresh process, sampling its memory every
     ``CLI_SAMPLE_SECONDS``; ``interrupt``: send it SIGINT (Ctrl-C) once this returns True. Its
@@ -523,7 +542,7 @@ def run_cli(argv: list[str], threads: int, interrupt: Callable[[], bool] | None 
     command = [sys.executable, "-m", "contrastive_bert.cli", *argv]
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+                               env={**os.environ, "OMP_NUM_THREADS": str(threads)}, preexec_fn=_default_sigint)
     peak = {"VmHWM": 0.0, "RssAnon": 0.0}
     interrupted = False
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
@@ -561,7 +580,8 @@ def run_cli_cell(spec: dict) -> dict:
     * ``search``: ``search --corpus corpus.jsonl --index DIR`` for SciFact's test queries,
       interrupted (SIGINT) once ``CLI_INTERRUPT_AT`` of the corpus is encoded, run again (it resumes
       at the first missing chunk), and a third time (the index read back, nothing encoded); the
-      resumed and read-back runs must give the same hits;
+      resumed and read-back runs must give the same hits. A corpus of one chunk (a dry run) has no
+      half-way: it is encoded, then read back;
     * ``mine``: ``mine --dataset FOLDER --embeddings-dir DIR`` for SciFact's train pairs. Where the
       ``search`` cell has run, DIR holds its store (the same corpus, model and backend: the store a
       second ``mine`` would read back), so this cell measures mining alone, not encoding again
@@ -569,6 +589,8 @@ def run_cli_cell(spec: dict) -> dict:
 
     Each run's seconds and peak memory (resident, and anonymous: what the process holds beside the
     embeddings mapped from disk)."""
+    from contrastive_bert.embedding_store import CHUNK_ROWS
+
     folder = Path(spec["folder"])
     corpus = cli_corpus(spec["data_dir"], spec["documents"], folder)
     common = ["--model", spec.get("model", "default"), "--model-backend", spec["backend"], "--device", "cpu",
@@ -582,19 +604,24 @@ def run_cli_cell(spec: dict) -> dict:
         index = work / "index"
         argv = ["search", "--corpus", str(folder / "corpus.jsonl"), "--index", str(index), "--input",
                 str(folder / "test_queries.jsonl"), "--top-k", "10", *common]
-        threshold = int(spec["documents"] * CLI_INTERRUPT_AT)
-        runs["interrupted"] = run_cli([*argv, "--output", str(work / "hits_interrupted.jsonl")], spec["threads"],
-                                      interrupt=lambda: _rows_done(index) >= threshold)
-        runs["interrupted"]["rows_done"] = _rows_done(index)
-        runs["resumed"] = run_cli([*argv, "--output", str(work / "hits_resumed.jsonl")], spec["threads"])
+        if spec["documents"] > CHUNK_ROWS:  # one chunk has no half-way to stop at (a dry run, a test)
+            threshold = int(spec["documents"] * CLI_INTERRUPT_AT)
+            runs["interrupted"] = run_cli([*argv, "--output", str(work / "hits_interrupted.jsonl")], spec["threads"],
+                                          interrupt=lambda: _rows_done(index) >= threshold)
+            runs["interrupted"]["rows_done"] = done = _rows_done(index)
+            if runs["interrupted"]["returncode"] == 0 or not 0 < done < spec["documents"]:
+                raise RuntimeError(f"search was not interrupted half-way (exit {runs['interrupted']['returncode']}, "
+                                   f"{done} of {spec['documents']} documents encoded)")
+        first = "resumed" if runs else "encoded"
+        runs[first] = run_cli([*argv, "--output", str(work / "hits_first.jsonl")], spec["threads"])
         runs["read_back"] = run_cli([*argv, "--output", str(work / "hits_read_back.jsonl")], spec["threads"])
-        for name in ("resumed", "read_back"):
+        for name in (first, "read_back"):
             if runs[name]["returncode"] != 0:
                 raise RuntimeError(f"search {name} failed:\n{runs[name]['stderr_tail']}")
-        same = (work / "hits_resumed.jsonl").read_bytes() == (work / "hits_read_back.jsonl").read_bytes()
+        same = (work / "hits_first.jsonl").read_bytes() == (work / "hits_read_back.jsonl").read_bytes()
         rows_mib = (index / "embeddings.npy").stat().st_size / 2**20
-        result = {"same_hits_resumed_and_read_back": same, "resumed_line": next(
-            (line for line in runs["resumed"]["stdout_tail"].splitlines() if line.startswith("encoded ")), None)}
+        result = {"same_hits_encoded_and_read_back": same, "encoded_line": next(
+            (line for line in runs[first]["stdout_tail"].splitlines() if line.startswith("encoded ")), None)}
         for hits in work.glob("hits_*.jsonl"):
             hits.unlink()  # the index stays: the mine cell reads its rows
     else:
@@ -729,6 +756,9 @@ def summarize(records: list[dict], dry_run: bool = False) -> dict:
         if record.get("stage") not in cells:
             superseded += 1  # the first version's cells (rows in memory, no stage in the key)
             continue
+        if record["stage"] == "cli" and record.get("version") != CLI_VERSION:
+            superseded += 1  # measured before the fixes CLI_VERSION names
+            continue
         if record["stage"] == "mine" and record.get("search_chunk") != _mining_version()["search_chunk"]:
             superseded += 1  # mined with another query block of the miner's search (256 was FAISS's slow path)
             continue
@@ -759,8 +789,10 @@ def summarize(records: list[dict], dry_run: bool = False) -> dict:
         for backend, entry in quality.items():
             entry["minus_torch"] = entry["ndcg_at_10"] - quality["torch"]["ndcg_at_10"]
             entry["loss_under_half_a_point"] = entry["minus_torch"] > -0.5
+    largest_cli = max((c["documents"] for c in cells["cli"]), default=None)
+    cli = {c["command"]: c for c in cells["cli"] if c["documents"] == largest_cli}
     return {"cells": cells, "growth": growth(cells), "encoding_extrapolated": extrapolated, "quality": quality,
-            "largest": largest_cells(cells), "superseded_records": superseded}
+            "largest": largest_cells(cells), "cli": cli, "superseded_records": superseded}
 
 
 def largest_cells(cells: dict[str, list[dict]]) -> dict:
@@ -921,7 +953,7 @@ def cell_keys(args, stage: str) -> list[tuple[dict, dict]]:
         documents = DRY_RUN_CLI_DOCUMENTS if args.dry_run else CLI_DOCUMENTS
         for command in CLI_COMMANDS:
             key = {"stage": "cli", "command": command, "documents": documents, "backend": CLI_BACKEND, "threads": args.threads,
-                   "batch_size": BATCH_SIZE, **dry}
+                   "batch_size": BATCH_SIZE, "version": CLI_VERSION, **dry}
             out.append((key, {"stage": "cli", "command": command, "documents": documents, "backend": CLI_BACKEND,
                               "threads": args.threads, "data_dir": args.data_dir,
                               "folder": str(Path(args.cache_dir) / f"cli-{documents}")}))

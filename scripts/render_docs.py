@@ -32,7 +32,7 @@ from render_labels import (ACL_COST_LABELS, ACL_LABELS, ACL_OPTIONS, ACL_SHORT_L
 from render_readme import paired, render_readme, table_acl_verdict  # noqa: F401 (table_acl_verdict: also a table of docs/results.md)
 from render_recipes import render_recipes
 from render_cpu_precision import table_cpu_precision  # noqa: F401 (a table)
-from render_scale import table_scale_encode, table_scale_growth, table_scale_index, table_scale_mine  # noqa: F401 (tables)
+from render_scale import table_scale_cli, table_scale_encode, table_scale_growth, table_scale_index, table_scale_mine  # noqa: F401
 from render_table import Column, Table, benchmark_table, cell, per_key
 from render_values import GENERATED, Results, fmt, is_stat, link, lookup, mean_of
 

@@ -1,6 +1,6 @@
 """The tables of docs/results.md's "The corpus at scale" (eval/results/scale.json, eval/bench_scale.py):
-index build and search, mining, encoding per backend with its quality cost, and each stage's growth
-exponent. A cell shows what scale.json holds; a stage not run yet says so."""
+index build and search, mining, encoding per backend with its quality cost, each stage's growth
+exponent, and the CLI's own runs on a million documents. A cell shows what scale.json holds; a stage not run yet says so."""
 
 from __future__ import annotations
 
@@ -77,3 +77,22 @@ def table_scale_growth(results: Results) -> str:
     columns = [Column("seconds ∝ size^", "seconds_exponent", lambda v: fmt(v, ".2f")),
                Column("own memory ∝ size^", "stage_memory_exponent", lambda v: fmt(v, ".2f"))]
     return benchmark_table(rows, columns, labels=lambda name: name, first=["stage", "variant", "sizes"])
+
+
+CLI_RUNS = {"interrupted": "search, interrupted half-way (Ctrl-C)", "resumed": "search again: resumes, then searches",
+            "encoded": "search: encodes, then searches",
+            "read_back": "search a third time: the index read back", "mine": "mine, on the search's store"}
+
+
+def table_scale_cli(results: Results) -> str:
+    """scale.json ``cells.cli``: each CLI process of the cli stage (``search`` interrupted, resumed,
+    read back; ``mine``) with its seconds and peak memory, resident and anonymous (what the process
+    holds beside the embeddings mapped from disk)."""
+    cells = _cells(results, "cli")
+    if not cells:
+        return SCALE_MISSING.format("cli")
+    rows = {(f"{c['documents']:,}", CLI_RUNS.get(name, name)): {**run, "rows_mib": c["rows_mib"]}
+            for c in cells for name, run in c["runs"].items()}
+    columns = [Column("seconds", "seconds", ".0f"), Column("peak RSS, MiB", "peak_rss_mib", ".0f"),
+               Column("peak anonymous, MiB", "peak_anon_mib", ".0f"), Column("embeddings on disk, MiB", "rows_mib", ".0f")]
+    return benchmark_table(rows, columns, labels=lambda name: name, first=["documents", "run"])

@@ -295,8 +295,8 @@ def test_cli_corpus_is_scifact_then_its_sentences_written_once(tmp_path, monkeyp
         bench.cli_corpus(None, 20, tmp_path / "other")
 
 
-def test_cli_cells_run_search_resumed_and_read_back_then_mine_on_its_store(tmp_path, monkeypatch, _tiny_model_session):
-    """The real CLI in fresh processes (the tiny BERT saved to a folder): the search cell's resumed
+def test_cli_cells_run_search_then_read_back_then_mine_on_its_store(tmp_path, monkeypatch, _tiny_model_session):
+    """The real CLI in fresh processes (the tiny BERT saved to a folder): the search cell's encoding
     and read-back runs give the same hits, and the mine cell reads the search cell's rows back."""
     _fake_documents(monkeypatch)
     model = tmp_path / "model"
@@ -304,10 +304,25 @@ def test_cli_cells_run_search_resumed_and_read_back_then_mine_on_its_store(tmp_p
     spec = {"stage": "cli", "documents": 45, "backend": "torch", "threads": 1, "data_dir": None,
             "folder": str(tmp_path / "cli"), "model": str(model)}
     search = bench.run_cell({**spec, "command": "search"})
-    assert search["same_hits_resumed_and_read_back"] and search["runs"]["read_back"]["returncode"] == 0
-    assert search["runs"]["interrupted"]["interrupted"]  # SIGINT sent once the threshold was reached
+    assert list(search["runs"]) == ["encoded", "read_back"]  # one chunk: nothing to interrupt half-way
+    assert search["same_hits_encoded_and_read_back"] and search["encoded_line"].startswith("encoded 45 documents")
     assert search["rows_mib"] == pytest.approx(45 * 32 * 4 / 2**20, rel=0.1) and search["peak_rss_mib"] > 0
     assert "loaded the index of 45 documents" in search["runs"]["read_back"]["stdout_tail"]
     mine = bench.run_cell({**spec, "command": "mine"})
     assert mine["store_from_search_cell"] and mine["store_untouched"] and mine["rows_mined"] > 0
     assert not (tmp_path / "cli" / "mine").exists() and (tmp_path / "cli" / "search" / "index" / "embeddings.npy").is_file()
+
+
+def test_ctrl_c_reaches_the_cli_even_from_a_background_benchmark(tmp_path):
+    """A shell's background job ignores SIGINT and its children inherit that: run_cli gives the CLI
+    Ctrl-C's default back, so the interruption stops it instead of being ignored."""
+    import signal
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one document\nanother document\n", encoding="utf-8")
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under `nohup ... &`
+    try:
+        run = bench.run_cli(["search", "--corpus", str(corpus), "--query", "q"], threads=1, interrupt=lambda: True)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert run["interrupted"] and run["returncode"] != 0 and "query: q" not in run["stdout_tail"]
