@@ -489,10 +489,10 @@ def cli_corpus(data_dir: str | None, documents: int, folder: Path) -> dict:
     if done.is_file():
         return json.loads(done.read_text(encoding="utf-8"))
     query_set = load_query_set(data_dir)
-    _, texts = real_documents(data_dir)
-    sentences = [s for text in texts for s in re.split(r"(?<=[.!?])\s+", text) if len(s.split()) >= MIN_SENTENCE_WORDS]
     if documents < len(query_set.corpus):
         raise ValueError(f"documents: at least SciFact's {len(query_set.corpus)} documents, got {documents}")
+    _, texts = real_documents(data_dir)
+    sentences = [s for text in texts for s in re.split(r"(?<=[.!?])\s+", text) if len(s.split()) >= MIN_SENTENCE_WORDS]
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "corpus.jsonl.partial", "w", encoding="utf-8") as handle:
         handle.writelines(json.dumps({"_id": doc_id, "title": "", "text": text}) + "\n"
