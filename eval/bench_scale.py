@@ -144,6 +144,8 @@ CLI_SAMPLE_SECONDS = 0.2
 #: is read line by line (version 1 held every parsed row at once: 0.6 GB more at a million)
 CLI_VERSION = 2
 MIN_SENTENCE_WORDS = 6
+#: the lines of the CLI's output a cli cell keeps (the hits it prints are left out)
+CLI_REPORT_LINES = ("encoded ", "loaded ", "search: ")
 
 
 # --- memory -------------------------------------------------------------------------------------
@@ -538,7 +540,8 @@ def _default_sigint() -> None:
 def run_cli(argv: list[str], threads: int, interrupt: Callable[[], bool] | None = None) -> dict:
     """Run ``contrastive-bert ARGV`` in a fresh process, sampling its memory every
     ``CLI_SAMPLE_SECONDS``; ``interrupt``: send it SIGINT (Ctrl-C) once this returns True. Its
-    seconds, exit status, peak resident and peak anonymous memory, and output."""
+    seconds, exit status, peak resident and peak anonymous memory, its report lines (what it
+    encoded, read back or searched with: ``CLI_REPORT_LINES``) and the end of its output."""
     command = [sys.executable, "-m", "contrastive_bert.cli", *argv]
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -564,6 +567,7 @@ def run_cli(argv: list[str], threads: int, interrupt: Callable[[], bool] | None 
         stdout, stderr = out.read(), err.read()
     return {"argv": argv, "seconds": time.perf_counter() - start, "returncode": process.returncode,
             "interrupted": interrupted, "peak_rss_mib": peak["VmHWM"], "peak_anon_mib": peak["RssAnon"],
+            "lines": [line for line in stdout.splitlines() if line.startswith(CLI_REPORT_LINES)],
             "stdout_tail": stdout[-2000:], "stderr_tail": stderr[-2000:]}
 
 
@@ -620,8 +624,8 @@ def run_cli_cell(spec: dict) -> dict:
                 raise RuntimeError(f"search {name} failed:\n{runs[name]['stderr_tail']}")
         same = (work / "hits_first.jsonl").read_bytes() == (work / "hits_read_back.jsonl").read_bytes()
         rows_mib = (index / "embeddings.npy").stat().st_size / 2**20
-        result = {"same_hits_encoded_and_read_back": same, "encoded_line": next(
-            (line for line in runs[first]["stdout_tail"].splitlines() if line.startswith("encoded ")), None)}
+        result = {"same_hits_encoded_and_read_back": same,
+                  "encoded_line": next((line for line in runs[first]["lines"] if line.startswith("encoded ")), None)}
         for hits in work.glob("hits_*.jsonl"):
             hits.unlink()  # the index stays: the mine cell reads its rows
     else:

@@ -307,7 +307,7 @@ def test_cli_cells_run_search_then_read_back_then_mine_on_its_store(tmp_path, mo
     assert list(search["runs"]) == ["encoded", "read_back"]  # one chunk: nothing to interrupt half-way
     assert search["same_hits_encoded_and_read_back"] and search["encoded_line"].startswith("encoded 45 documents")
     assert search["rows_mib"] == pytest.approx(45 * 32 * 4 / 2**20, rel=0.1) and search["peak_rss_mib"] > 0
-    assert "loaded the index of 45 documents" in search["runs"]["read_back"]["stdout_tail"]
+    assert search["runs"]["read_back"]["lines"][0].startswith("loaded the index of 45 documents")
     mine = bench.run_cell({**spec, "command": "mine"})
     assert mine["store_from_search_cell"] and mine["store_untouched"] and mine["rows_mined"] > 0
     assert not (tmp_path / "cli" / "mine").exists() and (tmp_path / "cli" / "search" / "index" / "embeddings.npy").is_file()
