@@ -629,18 +629,14 @@ def run_cli_cell(spec: dict) -> dict:
         for hits in work.glob("hits_*.jsonl"):
             hits.unlink()  # the index stays: the mine cell reads its rows
     else:
-        from contrastive_bert.embedding_store import corpus_fingerprint, read_manifest, store_folder
+        from contrastive_bert.embedding_store import read_manifest, store_folder
 
         output, stores = work / "mined.jsonl", work / "embeddings"
         manifest = read_manifest(search_index)
         reused = manifest is not None and manifest["rows_done"] == manifest["documents"] == spec["documents"]
-        if reused:  # where mine keeps this corpus's store: the search cell's rows, if the corpus is the same
-            from contrastive_bert.cli.search import load_corpus
-
-            texts = load_corpus(str(folder / "corpus.jsonl"), None)
+        if reused:  # where mine looks for this corpus's store (named by the corpus fingerprint the manifest records)
             stores.mkdir()
-            store_folder(stores, corpus_fingerprint(list(texts), list(texts.values()))).symlink_to(search_index.resolve())
-            del texts
+            store_folder(stores, manifest["corpus"]).symlink_to(search_index.resolve())
         written = (search_index / "embeddings.npy").stat().st_mtime_ns if reused else None
         runs["mine"] = run_cli(["mine", "--dataset", str(folder), "--output", str(output), "--embeddings-dir", str(stores),
                                 "--num-negatives", "1", *common], spec["threads"])

@@ -108,6 +108,31 @@ def search_hits(out: str) -> list[list[str]]:
     return blocks
 
 
+def run_ok(capsys, argv: list[str]) -> str:
+    """``contrastive-bert ARGV`` in this process: exit 0 (else its stderr in the failure), its stdout."""
+    from contrastive_bert.cli import main
+
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return captured.out
+
+
+def one_line_error(capsys, argv: list[str]) -> str:
+    """``contrastive-bert ARGV`` fails with exit 2 and one stderr line, no traceback (argparse's own
+    usage errors included); that line."""
+    from contrastive_bert.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exit_info:
+        code = exit_info.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.strip().splitlines()[-1].startswith(f"contrastive-bert {argv[0]}: error: ") and "Traceback" not in err, err
+    return err.strip().splitlines()[-1]
+
+
 def make_beir_folder(folder):
     """Eight documents, six train queries, a dev and a test query: a BEIR folder that trains in a second."""
     folder.mkdir()

@@ -11,11 +11,10 @@ import logging
 import pytest
 
 import contrastive_bert.training.checks as checks
-from contrastive_bert.cli import main
 from contrastive_bert.cli.arguments import check_model_backend
 from contrastive_bert.inference import CorpusIndex
 
-from conftest import make_beir_folder, search_hits
+from conftest import make_beir_folder, one_line_error, run_ok, search_hits
 
 
 @pytest.fixture(scope="module")
@@ -25,28 +24,16 @@ def saved_tiny(_tiny_model_session, tmp_path_factory) -> str:
     return str(folder)
 
 
-def _run(capsys, argv: list[str]) -> str:
-    code = main(argv)
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    return captured.out
-
-
-def _error(capsys, argv: list[str]) -> str:
-    assert main(argv) == 2
-    return capsys.readouterr().err.strip().splitlines()[-1]
-
-
 def test_eval_in_bf16_scores_as_fp32_within_rounding(tmp_path, saved_tiny, capsys):
     folder = make_beir_folder(tmp_path / "beir")
     scores = {}
     for backend in ("torch", "torch-bf16"):
         output = tmp_path / f"{backend}.json"
-        _run(capsys, ["eval", "--model", saved_tiny, "--tasks", str(folder), "--split", "train", "--model-backend", backend,
+        run_ok(capsys, ["eval", "--model", saved_tiny, "--tasks", str(folder), "--split", "train", "--model-backend", backend,
                       "--output", str(output), "-q"])
         scores[backend] = json.loads(output.read_text())[str(folder)]
     assert scores["torch-bf16"]["main_score"] == pytest.approx(scores["torch"]["main_score"], abs=1.0)
-    assert "--model-backend: torch-bf16 not with --mteb" in _error(
+    assert "--model-backend: torch-bf16 not with --mteb" in one_line_error(
         capsys, ["eval", "--model", saved_tiny, "--tasks", "stsb", "--model-backend", "torch-bf16", "--mteb"])
 
 
@@ -55,16 +42,16 @@ def test_a_bf16_index_is_kept_apart_from_fp32s(tmp_path, saved_tiny, capsys):
     index = tmp_path / "index"
     argv = ["search", "--model", saved_tiny, "--corpus", str(folder), "--query", "cats", "--query", "stars", "--top-k", "3",
             "--index", str(index)]
-    torch_hits = search_hits(_run(capsys, argv))
+    torch_hits = search_hits(run_ok(capsys, argv))
     torch_weights = CorpusIndex.read_meta(index)["model_weights"]
-    err = _error(capsys, [*argv, "--model-backend", "torch-bf16"])
+    err = one_line_error(capsys, [*argv, "--model-backend", "torch-bf16"])
     assert f"was built by --model {saved_tiny} with --model-backend torch; this search runs --model-backend torch-bf16" in err
-    _run(capsys, [*argv, "--model-backend", "torch-bf16", "--overwrite"])
+    run_ok(capsys, [*argv, "--model-backend", "torch-bf16", "--overwrite"])
     meta = CorpusIndex.read_meta(index)
     assert meta["model"] == f"{saved_tiny} (--model-backend torch-bf16)" and meta["model_weights"] != torch_weights
-    out = _run(capsys, [*argv, "--model-backend", "torch-bf16"])
+    out = run_ok(capsys, [*argv, "--model-backend", "torch-bf16"])
     assert "loaded the index of 8 documents" in out and [set(h) for h in search_hits(out)] == [set(h) for h in torch_hits]
-    assert "with --model-backend torch-bf16; this search runs --model-backend torch" in _error(capsys, argv)
+    assert "with --model-backend torch-bf16; this search runs --model-backend torch" in one_line_error(capsys, argv)
 
 
 @pytest.mark.parametrize("supports_bf16, device, devices, warned", [

@@ -14,7 +14,7 @@ import contrastive_bert.models
 from contrastive_bert.cli import main
 from contrastive_bert.inference import CorpusIndex
 
-from conftest import make_beir_folder, search_hits
+from conftest import make_beir_folder, one_line_error, run_ok, search_hits
 
 pytest.importorskip("onnxruntime")
 
@@ -39,31 +39,12 @@ def onnx_cache(_onnx_home, monkeypatch):
     return _onnx_home / "contrastive_bert" / "onnx"
 
 
-def _run(capsys, argv: list[str]) -> str:
-    code = main(argv)
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    return captured.out
-
-
-def _one_line_error(capsys, argv: list[str]) -> str:
-    """Exit 2 and one stderr line, no traceback (argparse's own usage errors included)."""
-    try:
-        code = main(argv)
-    except SystemExit as exit_info:
-        code = exit_info.code
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert err.strip().splitlines()[-1].startswith(f"contrastive-bert {argv[0]}: error: ") and "Traceback" not in err, err
-    return err.strip().splitlines()[-1]
-
-
 def test_eval_through_onnx_scores_as_torch(tmp_path, saved_tiny, onnx_cache, capsys):
     folder = make_beir_folder(tmp_path / "beir")
     scores = {}
     for backend in ("torch", "onnx", "onnx-int8"):
         output = tmp_path / f"{backend}.json"
-        _run(capsys, ["eval", "--model", saved_tiny, "--tasks", str(folder), "--split", "train", "--model-backend", backend,
+        run_ok(capsys, ["eval", "--model", saved_tiny, "--tasks", str(folder), "--split", "train", "--model-backend", backend,
                       "--output", str(output), "-q"])
         scores[backend] = json.loads(output.read_text())[str(folder)]
     assert sorted(path.name for path in onnx_cache.glob("*/*.onnx")) == ["model-int8-matmul-per-channel.onnx", "model.onnx"]
@@ -77,26 +58,26 @@ def test_eval_through_onnx_scores_as_torch(tmp_path, saved_tiny, onnx_cache, cap
 def test_search_through_onnx_int8_and_an_index_kept_per_backend(tmp_path, saved_tiny, onnx_cache, capsys):
     folder = make_beir_folder(tmp_path / "beir")
     argv = ["search", "--model", saved_tiny, "--corpus", str(folder), "--query", "cats", "--query", "stars", "--top-k", "3"]
-    hits = search_hits(_run(capsys, [*argv, "--model-backend", "onnx-int8", "--device", "cpu"]))
+    hits = search_hits(run_ok(capsys, [*argv, "--model-backend", "onnx-int8", "--device", "cpu"]))
     assert len(hits) == 2 and all(len(found) == 3 for found in hits)
 
     index = tmp_path / "index"
-    torch_hits = search_hits(_run(capsys, [*argv, "--index", str(index)]))  # built by torch
+    torch_hits = search_hits(run_ok(capsys, [*argv, "--index", str(index)]))  # built by torch
     torch_weights = CorpusIndex.read_meta(index)["model_weights"]
-    err = _one_line_error(capsys, [*argv, "--index", str(index), "--model-backend", "onnx-int8"])
+    err = one_line_error(capsys, [*argv, "--index", str(index), "--model-backend", "onnx-int8"])
     assert f"--index: {index} was built by --model {saved_tiny} with --model-backend torch" in err
     assert "search it with --model-backend torch" in err and "pass --overwrite to rebuild it with --model-backend onnx-int8" in err
     assert CorpusIndex.read_meta(index)["model_weights"] == torch_weights  # refused, not touched
 
-    _run(capsys, [*argv, "--index", str(index), "--model-backend", "onnx-int8", "--overwrite"])
+    run_ok(capsys, [*argv, "--index", str(index), "--model-backend", "onnx-int8", "--overwrite"])
     meta = CorpusIndex.read_meta(index)
     assert meta["model_weights"] != torch_weights  # the store's identity names the backend
     assert meta["model"] == f"{saved_tiny} (--model-backend onnx-int8)"
-    out = _run(capsys, [*argv, "--index", str(index), "--model-backend", "onnx-int8"])
+    out = run_ok(capsys, [*argv, "--index", str(index), "--model-backend", "onnx-int8"])
     assert f"loaded the index of 8 documents from {index}" in out and search_hits(out) == hits
-    err = _one_line_error(capsys, [*argv, "--index", str(index)])  # and the torch model refuses the int8 rows
+    err = one_line_error(capsys, [*argv, "--index", str(index)])  # and the torch model refuses the int8 rows
     assert "with --model-backend onnx-int8; this search runs --model-backend torch" in err
-    assert search_hits(_run(capsys, [*argv, "--model-backend", "onnx"])) == torch_hits
+    assert search_hits(run_ok(capsys, [*argv, "--model-backend", "onnx"])) == torch_hits
 
 
 def _pairs_file(path):
@@ -113,7 +94,7 @@ def test_mine_through_onnx_mines_torchs_rows(tmp_path, saved_tiny, onnx_cache, c
     rows = {}
     for backend in ("torch", "onnx"):
         output = tmp_path / f"{backend}.jsonl"
-        _run(capsys, ["mine", "--dataset", str(source), "--model", saved_tiny, "--output", str(output), "--num-negatives", "1",
+        run_ok(capsys, ["mine", "--dataset", str(source), "--model", saved_tiny, "--output", str(output), "--num-negatives", "1",
                       "--relative-margin", "0", "--model-backend", backend, "-q"])
         rows[backend] = [json.loads(line) for line in output.read_text().splitlines()]
     assert rows["torch"] and rows["onnx"] == rows["torch"]
@@ -136,14 +117,14 @@ def test_bad_combinations_are_refused_before_any_model_loads(tmp_path, monkeypat
     argv = {"eval": ["eval", "--model", "m", "--tasks", str(folder)],
             "search": ["search", "--model", "m", "--corpus", str(folder), "--query", "cats"],
             "mine": ["mine", "--model", "m", "--dataset", str(folder), "--output", str(tmp_path / "mined.jsonl")]}[command]
-    assert message in _one_line_error(capsys, [*argv, *flags])
+    assert message in one_line_error(capsys, [*argv, *flags])
 
 
 def test_a_missing_onnxruntime_is_named_with_the_extra_to_install(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(contrastive_bert.models, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, **k: None if name == "onnxruntime" else real(name, *a, **k))
-    err = _one_line_error(capsys, ["search", "--model", "m", "--corpus", str(make_beir_folder(tmp_path / "beir")),
+    err = one_line_error(capsys, ["search", "--model", "m", "--corpus", str(make_beir_folder(tmp_path / "beir")),
                                    "--query", "cats", "--model-backend", "onnx"])
     assert '--model-backend: the ONNX backends need onnxruntime, not installed; pip install "contrastive_bert[onnx]"' in err
 
