@@ -92,6 +92,13 @@ def check_top_k(top_k: int, name: str = "top_k") -> int:
     return top_k
 
 
+def check_chunk_size(chunk_size: int) -> int:
+    """``chunk_size`` (rows read at once) if a positive int, else a ValueError naming it."""
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
+    return chunk_size
+
+
 def stable_topk(scores: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """The ``k`` largest entries of each row of ``scores`` (m, n), as ``(values (m, k), positions
     (m, k))`` sorted by value, descending; among equal values the lower position comes first, and
@@ -131,8 +138,7 @@ def exact_topk(
     ``q x chunk_size`` scores plus ``q x 2k`` kept ones.
     """
     check_top_k(k, "k")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size: expected a positive int, got {chunk_size!r}")
+    check_chunk_size(chunk_size)
     if queries.ndim != 2 or keys.ndim != 2 or queries.shape[1] != keys.shape[1]:
         raise ValueError(
             f"queries/keys: expected (q, dim) and (n, dim) with the same dim, got {tuple(queries.shape)} and {tuple(keys.shape)}"

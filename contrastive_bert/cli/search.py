@@ -195,7 +195,7 @@ def _index(args: argparse.Namespace, model, corpus: dict[str, str], devices: lis
                 raise ValueError(f"--index: {folder} holds another corpus ({meta['documents']} documents) than --corpus "
                                  f"{args.corpus} ({len(corpus)}); pass --overwrite to rebuild it or choose another folder")
             try:
-                index = CorpusIndex.load(folder, model, **search)
+                index = CorpusIndex.load(folder, model, documents=corpus, **search)  # the texts held once, not twice
             except ValueError as error:  # another model, or the same one run by another backend (its rows differ)
                 built = _built_with(meta)
                 if built == args.model_backend or not str(error).startswith("model: "):

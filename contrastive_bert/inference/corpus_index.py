@@ -139,6 +139,19 @@ def resolve_search(backend: str | None, index_type: str, documents: int) -> tupl
     return backend or "exact", resolved
 
 
+def _read_documents(path: Path) -> tuple[list[str], list[str]]:
+    """An index's ``documents.jsonl`` as its ids and texts, line by line (a list of a million parsed
+    rows would keep their memory in the process after it is freed)."""
+    ids, texts = [], []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                row = json.loads(line)
+                ids.append(row["id"])
+                texts.append(row["text"])
+    return ids, texts
+
+
 class CorpusIndex:
     """A corpus's unit-norm document embeddings, searchable by text queries.
 
@@ -330,12 +343,15 @@ class CorpusIndex:
 
     @classmethod
     def load(cls, path: str | Path, model, *, backend: Backend | None = None, index_type: IndexType | None = None,
-             nprobe: int = DEFAULT_NPROBE, ef_search: int = DEFAULT_EF_SEARCH) -> CorpusIndex:
+             nprobe: int = DEFAULT_NPROBE, ef_search: int = DEFAULT_EF_SEARCH,
+             documents: Mapping[str, str] | None = None) -> CorpusIndex:
         """A saved index, for ``model``: a ``ValueError`` if ``model`` is not the one that built it
         (its weights differ by as much as one bit, or its probe embedding differs), or if the index
         records no fingerprint of its model's weights (saved by an earlier version: cannot be checked).
         ``backend`` and ``index_type`` both None: searched as saved; else as :meth:`build` chooses.
-        The embeddings are memory-mapped, not read into memory."""
+        ``documents``: the corpus as the caller already holds it (``{id: text}``, in order), taken
+        instead of a second copy read from the folder (a ``ValueError`` unless it is the indexed
+        corpus). The embeddings are memory-mapped, not read into memory."""
         folder = Path(path).expanduser()
         meta = cls.read_meta(folder)
         rebuild = "Rebuild it with this model: pass --overwrite (in Python: CorpusIndex.build(...).save(path, overwrite=True))"
@@ -349,12 +365,17 @@ class CorpusIndex:
             raise ValueError(f"model: the index at {folder} was built by another model "
                              f"({meta.get('model') or 'unnamed'}, dimension {meta['dimension']}; its weights or its embeddings "
                              f"differ from this model's), so its document embeddings do not match this model's queries. {rebuild}")
-        documents = [json.loads(line) for line in open(folder / DOCUMENTS_FILE, encoding="utf-8") if line.strip()]
+        if documents is not None:
+            ids, texts = list(documents), list(documents.values())
+        else:
+            ids, texts = _read_documents(folder / DOCUMENTS_FILE)
         embeddings = torch.from_numpy(np.load(folder / EMBEDDINGS_FILE, mmap_mode="c"))
         if backend is None and index_type is None:
             backend, index_type = meta["backend"], meta["index_type"]
-        index = cls(model, [d["id"] for d in documents], [d["text"] for d in documents], embeddings, backend,
-                    index_type or "auto", probe=probe, nprobe=nprobe, ef_search=ef_search, folder=folder)
+        index = cls(model, ids, texts, embeddings, backend, index_type or "auto", probe=probe, nprobe=nprobe,
+                    ef_search=ef_search, folder=folder)
         if index.fingerprint != meta["fingerprint"]:
+            if documents is not None:
+                raise ValueError(f"documents: not the corpus indexed at {folder} ({meta['documents']} documents)")
             raise ValueError(f"path: {folder} is damaged: its documents do not match its fingerprint")
         return index

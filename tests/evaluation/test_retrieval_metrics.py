@@ -156,3 +156,19 @@ def test_exact_search_argument_errors():
         exact_search(torch.ones(2, 3), torch.ones(4, 5))
     with pytest.raises(ValueError, match="query_embeddings"):
         exact_search(torch.ones(3), torch.ones(4, 3))
+
+
+def test_exact_search_checks_a_large_corpus_chunk_by_chunk(monkeypatch):
+    """The finiteness check reads the corpus as the search does, a chunk at a time (over a million
+    mapped rows, one ``isfinite`` call held 2.5 GB of temporaries), and still finds one bad value in
+    the last chunk; a float64 corpus is searched without a float32 copy of it made first."""
+    seen = []
+    isfinite = torch.isfinite
+    monkeypatch.setattr(torch, "isfinite", lambda tensor: seen.append(tuple(tensor.shape)) or isfinite(tensor))
+    corpus = torch.randn(10, 3, dtype=torch.float64)
+    scores, indices = exact_search(torch.randn(2, 3), corpus, top_k=10, chunk_size=4)
+    assert scores.dtype == torch.float32 and indices.shape == (2, 10)
+    assert seen == [(2, 3), (4, 3), (4, 3), (2, 3)]  # the queries, then the corpus in chunks of 4 rows
+    corpus[9, 2] = float("nan")
+    with pytest.raises(ValueError, match="corpus_embeddings: contains NaN"):
+        exact_search(torch.randn(2, 3), corpus, top_k=3, chunk_size=4)

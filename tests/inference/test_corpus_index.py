@@ -97,6 +97,19 @@ def test_save_and_load_round_trip(tiny_model, tmp_path):
     index.save(folder, overwrite=True)
 
 
+def test_load_takes_the_corpus_the_caller_holds_instead_of_a_second_copy(tiny_model, tmp_path):
+    """``documents``: the caller's texts are the index's (the same objects: a million texts held once),
+    the folder's copy is not read, and another corpus is refused."""
+    folder = CorpusIndex.build(tiny_model, DOCS).save(tmp_path / "index")
+    (folder / "documents.jsonl").write_text("not read\n")
+    held = {doc_id: "".join(text) for doc_id, text in DOCS.items()}
+    loaded = CorpusIndex.load(folder, copy.deepcopy(tiny_model), documents=held)
+    assert loaded.ids == list(DOCS) and all(a is b for a, b in zip(loaded.texts, held.values()))
+    changed = {**held, next(iter(held)): "another text"}
+    with pytest.raises(ValueError, match="documents: not the corpus indexed at"):
+        CorpusIndex.load(folder, copy.deepcopy(tiny_model), documents=changed)
+
+
 def test_another_model_is_refused(tiny_model, tmp_path):
     folder = CorpusIndex.build(tiny_model, DOCS).save(tmp_path / "index")
     other = copy.deepcopy(tiny_model)
