@@ -142,7 +142,9 @@ CLI_INTERRUPT_AT = 0.5  # the first search is interrupted once this share of the
 CLI_SAMPLE_SECONDS = 0.2
 #: 2: Ctrl-C reaches the child (version 1's search ignored it and ran to the end) and a corpus.jsonl
 #: is read line by line (version 1 held every parsed row at once: 0.6 GB more at a million)
-CLI_VERSION = 2
+#: 3: the search's finiteness check reads the mapped rows a chunk at a time, and a loaded index takes the
+#: texts the CLI already holds (version 2's search peaked at 3.9 GB anonymous, 2.6 GB of it one isfinite call)
+CLI_VERSION = 3
 MIN_SENTENCE_WORDS = 6
 #: the lines of the CLI's output a cli cell keeps (the hits it prints are left out)
 CLI_REPORT_LINES = ("encoded ", "loaded ", "search: ")
@@ -648,7 +650,7 @@ def run_cli_cell(spec: dict) -> dict:
                       "store_untouched": reused and (search_index / "embeddings.npy").stat().st_mtime_ns == written}
         shutil.rmtree(work, ignore_errors=True)  # the mined rows and the link: measured, not kept
     return {"stage": "cli", "command": spec["command"], "documents": spec["documents"], "backend": spec["backend"],
-            "corpus": corpus, "runs": runs, "rows_mib": rows_mib, **result,
+            "version": CLI_VERSION, "corpus": corpus, "runs": runs, "rows_mib": rows_mib, **result,
             "peak_rss_mib": max(r["peak_rss_mib"] for r in runs.values()),
             "peak_anon_mib": max(r["peak_anon_mib"] for r in runs.values()),
             "seconds": sum(r["seconds"] for r in runs.values()), "threads": spec["threads"], "load_average": os.getloadavg()[0]}
@@ -745,6 +747,16 @@ def hnsw_cap(index_cells: list[dict], stage: str, size: int, cap_minutes: float)
                       f"--hnsw-cap-minutes {cap_minutes:g}: not run"}
 
 
+def _settings(record: dict) -> dict:
+    """The settings a run-log record was run with: its key (the JSON the runner keyed it by: a cli
+    cell's ``version`` lives only there), then the record's own fields."""
+    try:
+        key = json.loads(record.get("key", ""))
+    except ValueError:  # a hand-named key, not the runner's JSON
+        key = {}
+    return {**(key if isinstance(key, dict) else {}), **record}
+
+
 def summarize(records: list[dict], dry_run: bool = False) -> dict:
     """The run log's cells of one mode (real or dry), grouped by stage, with growth, the 1M
     extrapolation of encoding and the quality per backend."""
@@ -756,7 +768,7 @@ def summarize(records: list[dict], dry_run: bool = False) -> dict:
         if record.get("stage") not in cells:
             superseded += 1  # the first version's cells (rows in memory, no stage in the key)
             continue
-        if record["stage"] == "cli" and record.get("version") != CLI_VERSION:
+        if record["stage"] == "cli" and _settings(record).get("version") != CLI_VERSION:
             superseded += 1  # measured before the fixes CLI_VERSION names
             continue
         if record["stage"] == "mine" and record.get("search_chunk") != _mining_version()["search_chunk"]:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from bench_modules import load_bench
+from contrastive_bert.benchmarking import run_key
 from contrastive_bert.data.beir import RetrievalData
 
 pytest.importorskip("faiss")
@@ -219,6 +220,22 @@ def test_summary_growth_extrapolation_quality_and_cap():
         ("index", 1_000_000), ("mine", 1_000_000)]
     dry = bench.summarize(_records(), dry_run=True)
     assert [c["index_type"] for c in dry["cells"]["index"]] == ["ivf"] and dry["superseded_records"] == 0
+
+
+def test_cli_cells_are_kept_by_the_version_in_their_run_log_key():
+    """A cli record as the runner appends it names its version only in its key (the settings it ran
+    with): kept at the current version, superseded at an older one or without one."""
+    def cli(command: str, version: int | None) -> dict:
+        key = {"stage": "cli", "command": command, "documents": 1_000_000, "backend": "torch-bf16", "threads": 2,
+               "batch_size": 64, **({} if version is None else {"version": version})}
+        return {"stage": "cli", "command": command, "documents": 1_000_000, "runs": {}, "peak_rss_mib": 1.0,
+                "key": run_key(key)}
+
+    records = [cli("search", None), cli("mine", bench.CLI_VERSION - 1), cli("search", bench.CLI_VERSION),
+               cli("mine", bench.CLI_VERSION)]
+    summary = bench.summarize(records)
+    assert [c["command"] for c in summary["cells"]["cli"]] == ["search", "mine"]
+    assert set(summary["cli"]) == {"search", "mine"} and summary["superseded_records"] == 2
 
 
 def test_summary_only_writes_the_json_and_the_figure(tmp_path):
