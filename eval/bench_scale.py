@@ -803,8 +803,29 @@ def summarize(records: list[dict], dry_run: bool = False) -> dict:
             entry["loss_under_half_a_point"] = entry["minus_torch"] > -0.5
     largest_cli = max((c["documents"] for c in cells["cli"]), default=None)
     cli = {c["command"]: c for c in cells["cli"] if c["documents"] == largest_cli}
+    if cli:
+        cli["totals"] = cli_totals(cli)
     return {"cells": cells, "growth": growth(cells), "encoding_extrapolated": extrapolated, "quality": quality,
             "largest": largest_cells(cells), "cli": cli, "superseded_records": superseded}
+
+
+def cli_totals(cli: dict[str, dict]) -> dict:
+    """What the README says of the cli stage (its cells at the largest corpus, by command): the
+    seconds ``search`` spent encoding (every run before the read-back: interrupted and resumed, or
+    one), the read-back's and ``mine``'s seconds, where the interruption stopped, and the largest peak
+    memory of any process, anonymous and resident."""
+    search, mine = cli.get("search"), cli.get("mine")
+    cells = [c for c in (search, mine) if c is not None]
+    totals = {"documents": cells[0]["documents"], "peak_anon_mib": max(c["peak_anon_mib"] for c in cells),
+              "peak_rss_mib": max(c["peak_rss_mib"] for c in cells), "rows_mib": cells[0]["rows_mib"]}
+    if search is not None:
+        runs = search["runs"]
+        totals.update(search_encode_seconds=sum(r["seconds"] for name, r in runs.items() if name != "read_back"),
+                      read_back_seconds=runs["read_back"]["seconds"], interrupted_at=runs.get("interrupted", {}).get("rows_done"),
+                      same_hits=search["same_hits_encoded_and_read_back"])
+    if mine is not None:
+        totals["mine_seconds"] = mine["runs"]["mine"]["seconds"]
+    return totals
 
 
 def largest_cells(cells: dict[str, list[dict]]) -> dict:

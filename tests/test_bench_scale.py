@@ -228,14 +228,28 @@ def test_cli_cells_are_kept_by_the_version_in_their_run_log_key():
     def cli(command: str, version: int | None) -> dict:
         key = {"stage": "cli", "command": command, "documents": 1_000_000, "backend": "torch-bf16", "threads": 2,
                "batch_size": 64, **({} if version is None else {"version": version})}
-        return {"stage": "cli", "command": command, "documents": 1_000_000, "runs": {}, "peak_rss_mib": 1.0,
-                "key": run_key(key)}
+        runs = {"read_back": {"seconds": 1.0}} if command == "search" else {"mine": {"seconds": 1.0}}
+        return {"stage": "cli", "command": command, "documents": 1_000_000, "runs": runs, "peak_rss_mib": 1.0,
+                "peak_anon_mib": 1.0, "rows_mib": 1.0, "same_hits_encoded_and_read_back": True, "key": run_key(key)}
 
     records = [cli("search", None), cli("mine", bench.CLI_VERSION - 1), cli("search", bench.CLI_VERSION),
                cli("mine", bench.CLI_VERSION)]
     summary = bench.summarize(records)
     assert [c["command"] for c in summary["cells"]["cli"]] == ["search", "mine"]
-    assert set(summary["cli"]) == {"search", "mine"} and summary["superseded_records"] == 2
+    assert set(summary["cli"]) == {"search", "mine", "totals"} and summary["superseded_records"] == 2
+
+
+def test_cli_totals_add_the_encoding_runs_and_take_the_largest_peak():
+    def run(seconds: float, anon: float, rss: float, **extra) -> dict:
+        return {"seconds": seconds, "peak_anon_mib": anon, "peak_rss_mib": rss, **extra}
+
+    search = {"documents": 1_000, "rows_mib": 1.5, "same_hits_encoded_and_read_back": True, "peak_anon_mib": 900.0,
+              "peak_rss_mib": 2_000.0, "runs": {"interrupted": run(60.0, 800.0, 1_500.0, rows_done=512),
+                                                "resumed": run(50.0, 900.0, 2_000.0), "read_back": run(2.0, 700.0, 1_900.0)}}
+    mine = {"documents": 1_000, "rows_mib": 1.5, "peak_anon_mib": 950.0, "peak_rss_mib": 1_800.0, "runs": {"mine": run(4.0, 950.0, 1_800.0)}}
+    assert bench.cli_totals({"search": search, "mine": mine}) == {
+        "documents": 1_000, "peak_anon_mib": 950.0, "peak_rss_mib": 2_000.0, "rows_mib": 1.5, "search_encode_seconds": 110.0,
+        "read_back_seconds": 2.0, "interrupted_at": 512, "same_hits": True, "mine_seconds": 4.0}
 
 
 def test_summary_only_writes_the_json_and_the_figure(tmp_path):
