@@ -179,7 +179,7 @@ def _index(args: argparse.Namespace, model, corpus: dict[str, str], devices: lis
     """The corpus index: loaded from ``--index`` when it holds one for this model and corpus, built
     there (resumed when an earlier build of this model and corpus was interrupted) or in memory."""
     from contrastive_bert.embedding_store import read_manifest
-    from contrastive_bert.inference.corpus_index import META_FILE, CorpusIndex, corpus_fingerprint
+    from contrastive_bert.inference.corpus_index import META_FILE, CorpusIndex
 
     folder = Path(args.index).expanduser() if args.index is not None else None
     search = dict(backend=args.backend, index_type=args.index_type, nprobe=args.nprobe, ef_search=args.ef_search)
@@ -191,12 +191,12 @@ def _index(args: argparse.Namespace, model, corpus: dict[str, str], devices: lis
                 meta = CorpusIndex.read_meta(folder)
             except ValueError as error:
                 raise ValueError(f"--index: {str(error).removeprefix('path: ')}; choose an empty or new folder") from None
-            if meta["fingerprint"] != corpus_fingerprint(list(corpus), list(corpus.values())):
-                raise ValueError(f"--index: {folder} holds another corpus ({meta['documents']} documents) than --corpus "
-                                 f"{args.corpus} ({len(corpus)}); pass --overwrite to rebuild it or choose another folder")
-            try:
-                index = CorpusIndex.load(folder, model, documents=corpus, **search)  # the texts held once, not twice
-            except ValueError as error:  # another model, or the same one run by another backend (its rows differ)
+            try:  # the corpus's texts held once, and hashed once: load refuses another corpus
+                index = CorpusIndex.load(folder, model, documents=corpus, **search)
+            except ValueError as error:  # another corpus; another model, or the same one run by another backend
+                if str(error).startswith("documents: "):
+                    raise ValueError(f"--index: {folder} holds another corpus ({meta['documents']} documents) than --corpus "
+                                     f"{args.corpus} ({len(corpus)}); pass --overwrite to rebuild it or choose another folder") from None
                 built = _built_with(meta)
                 if built == args.model_backend or not str(error).startswith("model: "):
                     raise

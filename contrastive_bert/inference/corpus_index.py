@@ -142,13 +142,12 @@ def resolve_search(backend: str | None, index_type: str, documents: int) -> tupl
 def _read_documents(path: Path) -> tuple[list[str], list[str]]:
     """An index's ``documents.jsonl`` as its ids and texts, line by line (a list of a million parsed
     rows would keep their memory in the process after it is freed)."""
+    from contrastive_bert.data.beir import iter_jsonl  # here: that module imports datasets
+
     ids, texts = [], []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                row = json.loads(line)
-                ids.append(row["id"])
-                texts.append(row["text"])
+    for row in iter_jsonl(path):
+        ids.append(row["id"])
+        texts.append(row["text"])
     return ids, texts
 
 
@@ -369,13 +368,13 @@ class CorpusIndex:
             ids, texts = list(documents), list(documents.values())
         else:
             ids, texts = _read_documents(folder / DOCUMENTS_FILE)
+        if corpus_fingerprint(ids, texts) != meta["fingerprint"]:  # before the rows are read against them
+            if documents is not None:
+                raise ValueError(f"documents: not the corpus indexed at {folder} ({meta['documents']} documents)")
+            raise ValueError(f"path: {folder} is damaged: its documents do not match its fingerprint")
         embeddings = torch.from_numpy(np.load(folder / EMBEDDINGS_FILE, mmap_mode="c"))
         if backend is None and index_type is None:
             backend, index_type = meta["backend"], meta["index_type"]
         index = cls(model, ids, texts, embeddings, backend, index_type or "auto", probe=probe, nprobe=nprobe,
                     ef_search=ef_search, folder=folder)
-        if index.fingerprint != meta["fingerprint"]:
-            if documents is not None:
-                raise ValueError(f"documents: not the corpus indexed at {folder} ({meta['documents']} documents)")
-            raise ValueError(f"path: {folder} is damaged: its documents do not match its fingerprint")
         return index

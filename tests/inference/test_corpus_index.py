@@ -106,8 +106,9 @@ def test_load_takes_the_corpus_the_caller_holds_instead_of_a_second_copy(tiny_mo
     loaded = CorpusIndex.load(folder, copy.deepcopy(tiny_model), documents=held)
     assert loaded.ids == list(DOCS) and all(a is b for a, b in zip(loaded.texts, held.values()))
     changed = {**held, next(iter(held)): "another text"}
-    with pytest.raises(ValueError, match="documents: not the corpus indexed at"):
-        CorpusIndex.load(folder, copy.deepcopy(tiny_model), documents=changed)
+    for other in (changed, {"one": "document"}):  # other texts; another size, refused before its rows are read
+        with pytest.raises(ValueError, match="documents: not the corpus indexed at"):
+            CorpusIndex.load(folder, copy.deepcopy(tiny_model), documents=other)
 
 
 def test_another_model_is_refused(tiny_model, tmp_path):
