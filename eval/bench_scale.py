@@ -145,6 +145,11 @@ CLI_SAMPLE_SECONDS = 0.2
 #: 3: the search's finiteness check reads the mapped rows a chunk at a time, and a loaded index takes the
 #: texts the CLI already holds (version 2's search peaked at 3.9 GB anonymous, 2.6 GB of it one isfinite call)
 CLI_VERSION = 3
+#: the ONNX Runtime session of the onnx backends' encode cells; 2: no per-shape memory pattern (with it,
+#: version 1, onnx-int8's memory grew with the corpus). A version-1 cell stays in the table, marked,
+#: until this version's cell of the same backend and size replaces it.
+ONNX_SESSION = 2
+ONNX_BACKENDS = ("onnx", "onnx-int8")
 MIN_SENTENCE_WORDS = 6
 #: the lines of the CLI's output a cli cell keeps (the hits it prints are left out)
 CLI_REPORT_LINES = ("encoded ", "loaded ", "search: ")
@@ -757,6 +762,19 @@ def _settings(record: dict) -> dict:
     return {**(key if isinstance(key, dict) else {}), **record}
 
 
+def current_onnx_sessions(encode_cells: list[dict]) -> tuple[list[dict], int]:
+    """The encode cells with each onnx cell of an older session (:data:`ONNX_SESSION`) dropped where
+    the current session measured the same backend and size, and marked ``onnx_memory_pattern`` where
+    it has not yet; and how many were dropped."""
+    def current(cell: dict) -> bool:
+        return cell["backend"] not in ONNX_BACKENDS or _settings(cell).get("onnx_session") == ONNX_SESSION
+
+    measured = {(c["backend"], c["documents"]) for c in encode_cells if current(c)}
+    kept = [c if current(c) else {**c, "onnx_memory_pattern": True} for c in encode_cells
+            if current(c) or (c["backend"], c["documents"]) not in measured]
+    return kept, len(encode_cells) - len(kept)
+
+
 def summarize(records: list[dict], dry_run: bool = False) -> dict:
     """The run log's cells of one mode (real or dry), grouped by stage, with growth, the 1M
     extrapolation of encoding and the quality per backend."""
@@ -775,6 +793,8 @@ def summarize(records: list[dict], dry_run: bool = False) -> dict:
             superseded += 1  # mined with another query block of the miner's search (256 was FAISS's slow path)
             continue
         cells[record["stage"]].append(record)
+    cells["encode"], replaced = current_onnx_sessions(cells["encode"])
+    superseded += replaced
     order = {"index": lambda c: (c["size"], INDEX_TYPES.index(c["index_type"])),
              "mine": lambda c: (c["size"], INDEX_TYPES.index(c["index_type"])),
              "encode": lambda c: (BACKENDS.index(c["backend"]), c["documents"]),
@@ -979,7 +999,7 @@ def cell_keys(args, stage: str) -> list[tuple[dict, dict]]:
             for documents in args.encode_sizes:
                 documents = max(documents // DRY_RUN_DIVISOR, 10) if args.dry_run else documents
                 key = {"stage": "encode", "documents": documents, "backend": backend, "threads": args.threads,
-                       "batch_size": BATCH_SIZE, **dry}
+                       "batch_size": BATCH_SIZE, **({"onnx_session": ONNX_SESSION} if backend in ONNX_BACKENDS else {}), **dry}
                 out.append((key, {"stage": "encode", "documents": documents, "backend": backend, "threads": args.threads,
                                   "data_dir": args.data_dir, "scratch": str(Path(args.cache_dir) / "scratch")}))
     elif stage == "cli":

@@ -63,7 +63,9 @@ def table_scale_encode(results: Results) -> str:
                Column("1M documents, h (extrapolated)",
                       lambda c: (extrapolated.get(c["backend"]) or {}).get("hours_from_largest_cell")
                       if c["documents"] == (extrapolated.get(c["backend"]) or {}).get("largest_cell_documents") else None, ".1f")]
-    return benchmark_table(_by_size(cells, "backend"), columns, labels=lambda name: name, first=["documents", "backend"])
+    rows = {(size, f"{backend} (memory pattern on)" if cell.get("onnx_memory_pattern") else backend): cell
+            for (size, backend), cell in _by_size(cells, "backend").items()}
+    return benchmark_table(rows, columns, labels=lambda name: name, first=["documents", "backend"])
 
 
 def table_scale_growth(results: Results) -> str:

@@ -239,6 +239,26 @@ def test_cli_cells_are_kept_by_the_version_in_their_run_log_key():
     assert set(summary["cli"]) == {"search", "mine", "totals"} and summary["superseded_records"] == 2
 
 
+def test_onnx_encode_cells_of_an_older_session_stay_marked_until_measured_again():
+    """An onnx cell measured with the per-shape memory pattern (no ``onnx_session`` in its key) stays
+    in the table, marked, until the current session measured the same backend and size."""
+    def encode(backend: str, documents: int, session: int | None) -> dict:
+        key = {"stage": "encode", "documents": documents, "backend": backend, "threads": 2, "batch_size": 64,
+               **({} if session is None else {"onnx_session": session})}
+        return {"stage": "encode", "backend": backend, "documents": documents, "seconds": documents / 30.0,
+                "documents_per_second": 30.0, "peak_rss_mib": 900.0, "stage_mib": 100.0, "key": run_key(key)}
+
+    records = [encode("torch", 1_000, None), encode("onnx-int8", 1_000, None), encode("onnx-int8", 10_000, None),
+               encode("onnx-int8", 10_000, bench.ONNX_SESSION), encode("onnx", 1_000, bench.ONNX_SESSION)]
+    summary = bench.summarize(records)
+    cells = {(c["backend"], c["documents"]): c.get("onnx_memory_pattern", False) for c in summary["cells"]["encode"]}
+    assert cells == {("torch", 1_000): False, ("onnx", 1_000): False, ("onnx-int8", 1_000): True, ("onnx-int8", 10_000): False}
+    assert summary["superseded_records"] == 1
+    args = bench.argparse.Namespace(encode_sizes=[1_000], backends=["torch", "onnx-int8"], threads=2, data_dir=None,
+                                    cache_dir="/c", dry_run=False)
+    assert [key.get("onnx_session") for key, _ in bench.cell_keys(args, "encode")] == [None, bench.ONNX_SESSION]
+
+
 def test_cli_totals_add_the_encoding_runs_and_take_the_largest_peak():
     def run(seconds: float, anon: float, rss: float, **extra) -> dict:
         return {"seconds": seconds, "peak_anon_mib": anon, "peak_rss_mib": rss, **extra}
