@@ -186,11 +186,71 @@ def table_acl_verdict(results: Results) -> str:
     return text + (f"\n\nPending: {why}." if why else "")
 
 
+CONCLUSION_CHECKS = {  # memory_budget.json ``conclusion.checks``: what each failed condition says
+    "ours_is_a_dual_bank": "the best of ours on dev is not a dual bank",
+    "beats_accumulated_mnrl": "it does not beat accumulated MNRL by more than the seed noise",
+    "matches_cached_mnrl": "it is clearly below CachedMNRL",
+    "faster_than_cached_mnrl": "it is not faster a step than CachedMNRL",
+}
+
+
+def _memory_cost(block: Mapping, timing: Mapping, name: str) -> tuple[float | None, float | None]:
+    """(seconds an optimizer step, peak GiB) of a method: the timing pass's seconds where it ran
+    (else the grid's, from a shared machine), the grid's peak memory (one training a process)."""
+    row = block["methods"][name]
+    seconds = (timing.get(name) or {}).get("median_step_seconds")
+    memory = mean_of(row["peak_memory_mb"]) / 1024 if row.get("peak_memory_mb") else None
+    return seconds, memory
+
+
+def memory_advice(data: Mapping) -> str:
+    """"Which method for your memory", drawn from the SciFact table: the large batch where it fits,
+    else the exact small-memory ways (CachedMNRL, checkpointing) at their time, else accumulation;
+    then the conclusion on the dual bank (``conclusion`` in memory_budget.json) once it is final."""
+    block, timing = data["scifact"], data.get("timing") or {}
+    methods = block["methods"]
+    needed = ("mnrl_accumulated", "mnrl_large", "cached_mnrl")
+    if not all(methods.get(n, {}).get("test") and methods[n].get("peak_memory_mb") for n in needed):
+        return ""
+    base_seconds = (timing.get("mnrl_accumulated") or {}).get("median_step_seconds")
+
+    def said(name: str) -> str:
+        seconds, memory = _memory_cost(block, timing, name)
+        relative = f", {seconds / base_seconds:.2f}x" if seconds and base_seconds and name != "mnrl_accumulated" else ""
+        return f"{mean_of(methods[name]['test']['ndcg_at_10']):.2f}, {memory:.1f} GiB{relative}"
+
+    timed_st = {n: t["median_step_seconds"] for n, t in timing.items() if n in methods and methods[n].get("baseline")}
+    fastest = "the fastest" if timed_st and min(timed_st, key=timed_st.get) == "mnrl_accumulated" else "cheaper"
+    text = (" **Which method for your memory** (test nDCG@10, peak memory, time a step against accumulated MNRL's): where a "
+            f"batch of 64 fits, train it at once (MNRL at 64: {said('mnrl_large')}); where it does not, CachedMNRL computes the "
+            f"same gradient ({said('cached_mnrl')})")
+    if methods.get("mnrl_large_checkpointing", {}).get("test"):
+        text += f", and so does gradient checkpointing ({said('mnrl_large_checkpointing')})"
+    text += f"; accumulated MNRL is {fastest} but trains with one micro-batch's negatives ({said('mnrl_accumulated')})."
+    conclusion = data.get("conclusion") or {}
+    verdict = block.get("verdict") or {}
+    ours = verdict.get("ours")
+    if conclusion.get("status") != "final" or not ours:
+        return text + (f" The verdict on the dual bank waits for the seeds and NFCorpus ({conclusion['missing_runs']} runs to go)."
+                       if conclusion.get("missing_runs") else "")
+    label = MEMORY_BUDGET_LABELS.get(ours, f"`{ours}`")
+    versus = (f"{paired(verdict.get('ours_minus_accumulated_mnrl'))} against accumulated MNRL and "
+              f"{paired(verdict.get('ours_minus_cached_mnrl'))} against CachedMNRL, paired by seed")
+    if conclusion["dual_bank_recommended"]:
+        return text + (f" {label}: {versus}, at less time a step than CachedMNRL ({said(ours)}): on every measured set it is "
+                       "this package's recommendation for small-memory training.")
+    failed = sorted({CONCLUSION_CHECKS[c] for checks in conclusion["checks"].values() for c, ok in checks.items() if not ok},
+                    key=list(CONCLUSION_CHECKS.values()).index)
+    return text + (f" {label}: {versus} on SciFact; {'; '.join(failed)}. So the queue helps in none of the measured regimes "
+                   "(batch 32, and micro-batch 8 under accumulation, on SciFact and NFCorpus), and nothing defaults to it.")
+
+
 def memory_budget_paragraph(results: Results) -> str:
     """"Which method for your memory", drawn from memory_budget.json: per method measured so far
-    on SciFact, the test nDCG@10 of its dev choice (seeds so far), seconds per optimizer step and
-    the peak memory of training (the timing pass's where it ran, else the grid's); then the verdict
-    (ours minus the best sentence-transformers way, paired by seed) once it has every seed."""
+    on SciFact, the test nDCG@10 of its dev choice (seeds so far), seconds per optimizer step (the
+    timing pass's where it ran) and the peak memory of training (the grid's: one training a
+    process); then :func:`memory_advice`, and the verdict (ours minus the best sentence-transformers
+    way, paired by seed) once it has every seed."""
     if not results.has("memory_budget") or not (results["memory_budget"].get("scifact") or {}).get("methods"):
         return ("- **Memory budget** (running): at micro-batch 8, 64 rows an optimizer step, which way of training is best: "
                 "accumulated MNRL, GradCache, or a dual memory bank (ContAccum); see docs/results.md#training-under-a-memory-budget.")
@@ -199,11 +259,11 @@ def memory_budget_paragraph(results: Results) -> str:
     methods, verdict = block["methods"], block.get("verdict") or {}
 
     def cost(name: str) -> str:
-        timed = timing.get(name)
-        if timed:
-            return f"{timed['median_step_seconds']:.1f} s a step, {timed['peak_memory_mb'] / 1024:.1f} GiB"
-        row = methods[name]
-        return f"{mean_of(row['seconds_per_step']):.0f} s a step on a shared machine" if row.get("seconds_per_step") else ""
+        seconds, memory = _memory_cost(block, timing, name)
+        said = [f"{seconds:.1f} s a step" if seconds else (f"{mean_of(methods[name]['seconds_per_step']):.0f} s a step on a shared machine"
+                                                           if methods[name].get("seconds_per_step") else ""),
+                f"{memory:.1f} GiB" if memory else ""]
+        return ", ".join(part for part in said if part)
 
     parts = []
     for name, row in methods.items():
@@ -214,9 +274,11 @@ def memory_budget_paragraph(results: Results) -> str:
             f"rate its dev runs so far chose; untrained {fmt(block['untrained']['test']['ndcg_at_10'])}): " + "; ".join(parts) + ".")
     diff = verdict.get("ours_minus_baseline")
     if verdict.get("pending") or not diff or len(diff["seeds"]) < 3:
-        return text + f" The grid is still running ({block['missing_runs']} runs of its plan to go); no verdict yet."
-    ours, theirs = MEMORY_BUDGET_LABELS.get(verdict["ours"]), MEMORY_BUDGET_LABELS.get(verdict["baseline"])
-    return text + f" {ours} minus {theirs}, paired by seed: {paired(diff)}."
+        text += f" The grid is still running ({block['missing_runs']} runs of its plan to go); no verdict yet."
+    else:
+        ours, theirs = MEMORY_BUDGET_LABELS.get(verdict["ours"]), MEMORY_BUDGET_LABELS.get(verdict["baseline"])
+        text += f" {ours} minus {theirs}, paired by seed: {paired(diff)}."
+    return text + memory_advice(data)
 
 
 README_BLOCKS: dict[tuple[str, str], Callable[[Results], str]] = {

@@ -74,7 +74,10 @@ def test_summary_of_a_hand_built_log(bench):
     plan = bench.grid(("scifact",), (0, 1, 2))
     log = {r["key"]: r for r in records}
     assert plan.plan(log, settings=["scifact"]) == []
-    summary = bench.summarize(records, [0, 1, 2])["scifact"]
+    full = bench.summarize(records, [0, 1, 2])
+    # NFCorpus to go: the 3 decisive rows x 3 seeds
+    assert full["conclusion"] == {"status": "pending", "missing_runs": 9, "dual_bank_recommended": False}
+    summary = full["scifact"]
     assert summary["decisive"] == ["mnrl_large", "queue_dual_step", "mnrl_accumulated"]
     methods = summary["methods"]
     assert methods["queue_dual_step"]["test"]["ndcg_at_10"]["mean"] == pytest.approx(71.0)
@@ -132,4 +135,46 @@ def test_the_timing_pass_times_steps_without_scoring(bench, monkeypatch, tiny_mo
     assert record["part"] == "timing" and record["steps"] == 3 and len(record["step_seconds"]) == 3
     assert record["median_step_seconds"] == sorted(record["step_seconds"][1:])[1]
     summary = bench.summarize([{**record, "key": bench.timing_key("queue_dual_step")}], [0])
-    assert list(summary) == ["timing"] and summary["timing"]["queue_dual_step"]["median_step_seconds"] == record["median_step_seconds"]
+    assert list(summary) == ["timing", "conclusion"] and summary["conclusion"]["status"] == "pending"
+    assert summary["timing"]["queue_dual_step"] == {"median_step_seconds": record["median_step_seconds"], "steps": 3,
+                                                    "load_average_1min": record["load_average_1min"]}
+
+
+def _diff(values):
+    """A paired difference by hand: mean, std (n - 1), clear when every seed agrees in sign and |mean| > std."""
+    import statistics
+
+    mean, std = statistics.mean(values), statistics.stdev(values)
+    won = sum(v > 0 for v in values)
+    return {"mean": mean, "std": std, "values": values, "seeds": list(range(len(values))), "seeds_won": won,
+            "clear": won in (0, len(values)) and abs(mean) > std}
+
+
+def _summary(ours, over_accumulated, over_cached, ours_seconds=21.8, cached_seconds=31.6):
+    block = {"verdict": {"ours": ours, "ours_minus_accumulated_mnrl": _diff(over_accumulated),
+                         "ours_minus_cached_mnrl": _diff(over_cached)}}
+    return {"timing": {ours: {"median_step_seconds": ours_seconds}, "cached_mnrl": {"median_step_seconds": cached_seconds}},
+            "scifact": block, "nfcorpus_cpu": copy.deepcopy(block)}
+
+
+def test_the_conclusion_recommends_the_dual_bank_only_when_it_meets_every_condition(bench):
+    """+1, +2, +3 over accumulated MNRL (mean 2 > std 1, all won: clear); -1, +1, 0 against CachedMNRL
+    (not clearly below); 21.8 s < 31.6 s a step: recommended. Each condition failing alone turns it off."""
+    good = bench.conclusion(_summary("queue_dual_step", [1.0, 2.0, 3.0], [-1.0, 1.0, 0.0]), 0)
+    assert good["status"] == "final" and good["dual_bank_recommended"]
+    assert good["checks"]["nfcorpus_cpu"] == {"ours_is_a_dual_bank": True, "beats_accumulated_mnrl": True,
+                                              "matches_cached_mnrl": True, "faster_than_cached_mnrl": True}
+    # within the noise of accumulated MNRL: -0.5, +1.5, +0.5 (one seed lost)
+    noisy = bench.conclusion(_summary("queue_dual_step", [-0.5, 1.5, 0.5], [0.0, 1.0, 0.5]), 0)
+    assert not noisy["dual_bank_recommended"] and not noisy["checks"]["scifact"]["beats_accumulated_mnrl"]
+    # clearly below CachedMNRL: -2, -1.5, -2.5 (mean -2, std 0.5)
+    below = bench.conclusion(_summary("queue_dual_step", [1.0, 2.0, 3.0], [-2.0, -1.5, -2.5]), 0)
+    assert below["checks"]["scifact"]["matches_cached_mnrl"] is False and not below["dual_bank_recommended"]
+    slower = bench.conclusion(_summary("queue_dual_step", [1.0, 2.0, 3.0], [0.0, 1.0, 0.5], ours_seconds=40.0), 0)
+    assert slower["checks"]["scifact"]["faster_than_cached_mnrl"] is False and not slower["dual_bank_recommended"]
+    fifo = bench.conclusion(_summary("queue_fifo", [1.0, 2.0, 3.0], [0.0, 1.0, 0.5]), 0)
+    assert fifo["checks"]["scifact"]["ours_is_a_dual_bank"] is False and not fifo["dual_bank_recommended"]
+    pending = _summary("queue_dual_step", [1.0, 2.0, 3.0], [0.0, 1.0, 0.5])
+    assert bench.conclusion(pending, 6) == {"status": "pending", "missing_runs": 6, "dual_bank_recommended": False}
+    del pending["nfcorpus_cpu"]  # NFCorpus not begun: pending even where the plan cannot count its runs yet
+    assert bench.conclusion(pending, 0)["status"] == "pending"

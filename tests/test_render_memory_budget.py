@@ -22,7 +22,8 @@ def _results(seeds_ours=(71.0,), seeds_theirs=(70.0,), pending=True, timing=None
     tried = {"configs_tried": 2 if not pending else 1, "configs_planned": 2}
     methods = {
         "mnrl_accumulated": {"test": {"ndcg_at_10": _stat(69.0)}, "seconds_per_step": _stat(30.0), "chosen_on_dev": tried},
-        "queue_dual_step": {"test": {"ndcg_at_10": _stat(*seeds_ours)}, "seconds_per_step": _stat(31.0), "chosen_on_dev": tried},
+        "queue_dual_step": {"test": {"ndcg_at_10": _stat(*seeds_ours)}, "seconds_per_step": _stat(31.0), "chosen_on_dev": tried,
+                            "peak_memory_mb": _stat(3072.0)},
         "mnrl_large": {"test": {"ndcg_at_10": _stat(*seeds_theirs)}, "seconds_per_step": _stat(40.0), "chosen_on_dev": tried},
     }
     verdict = {"baseline": "mnrl_large", "ours": "queue_dual_step", "pending": pending,
@@ -44,9 +45,10 @@ def test_the_paragraph_while_the_grid_runs():
 
 def test_the_paragraph_with_the_timing_pass_and_a_verdict():
     # ours 71, 72, 70 against 70, 70, 71: differences +1, +2, -1 -> mean 0.67, sample std 1.53, 2 of 3 won
+    # the timing pass's seconds, the grid's memory (3,072 MiB = 3.0 GiB; the timing pass's 2,560 is not used)
     timing = {"queue_dual_step": {"median_step_seconds": 25.25, "peak_memory_mb": 2560.0}}
     text = render_readme.memory_budget_paragraph(_results((71.0, 72.0, 70.0), (70.0, 70.0, 71.0), pending=False, timing=timing))
-    assert "(ContAccum) 71.00 ± 1.00 (3) (25.2 s a step, 2.5 GiB)" in text
+    assert "(ContAccum) 71.00 ± 1.00 (3) (25.2 s a step, 3.0 GiB)" in text
     assert text.endswith("minus MNRL, batch 64 (ST; large memory), paired by seed: +0.67 ± 1.53, 2 of 3 seeds.")
 
 
@@ -58,3 +60,41 @@ def test_the_standing_row_says_seeds_pending_until_it_has_three():
     assert row[3] == "+1.00 at seed 0, paired (seeds pending)"
     done = render_readme.memory_budget_standing(_results((71.0, 72.0, 70.0), (70.0, 70.0, 71.0), pending=False))
     assert done[3] == "+0.67 ± 1.53, 2 of 3 seeds" and "(dev-chosen;" in done[0]
+
+
+def _advice_data(conclusion):
+    """SciFact rows by hand: accumulated 70 (3,072 MiB, 20 s), MNRL at 64 72 (15,360 MiB, 35 s), CachedMNRL 73
+    (2,048 MiB, 30 s), ContAccum 71 (3,072 MiB, 22 s); ContAccum - accumulated +1, +1.5, +0.5; - Cached -2, -2.5, -1.5."""
+    def row(score, mb, baseline):
+        return {"test": {"ndcg_at_10": _stat(score)}, "peak_memory_mb": _stat(mb), "baseline": baseline}
+
+    def diff(*values):
+        return {**_stat(*values), "seeds": [0, 1, 2], "seeds_won": sum(v > 0 for v in values)}
+
+    methods = {"mnrl_accumulated": row(70.0, 3072.0, True), "mnrl_large": row(72.0, 15360.0, True),
+               "cached_mnrl": row(73.0, 2048.0, True), "queue_dual_step": row(71.0, 3072.0, False)}
+    timing = {"mnrl_accumulated": {"median_step_seconds": 20.0}, "mnrl_large": {"median_step_seconds": 35.0},
+              "cached_mnrl": {"median_step_seconds": 30.0}, "queue_dual_step": {"median_step_seconds": 22.0}}
+    verdict = {"ours": "queue_dual_step", "ours_minus_accumulated_mnrl": diff(1.0, 1.5, 0.5),
+               "ours_minus_cached_mnrl": diff(-2.0, -2.5, -1.5)}
+    return {"scifact": {"methods": methods, "verdict": verdict}, "timing": timing, "conclusion": conclusion}
+
+
+def test_which_method_for_your_memory_and_the_negative_verdict():
+    checks = {"ours_is_a_dual_bank": True, "beats_accumulated_mnrl": True, "matches_cached_mnrl": False,
+              "faster_than_cached_mnrl": True}
+    text = render_readme.memory_advice(_advice_data({"status": "final", "dual_bank_recommended": False,
+                                                     "checks": {"scifact": checks, "nfcorpus_cpu": checks}}))
+    assert "(MNRL at 64: 72.00, 15.0 GiB, 1.75x)" in text and "CachedMNRL computes the same gradient (73.00, 2.0 GiB, 1.50x)" in text
+    assert "accumulated MNRL is the fastest but trains with one micro-batch's negatives (70.00, 3.0 GiB)." in text
+    assert ("+1.00 ± 0.50, 3 of 3 seeds against accumulated MNRL and -2.00 ± 0.50, 0 of 3 seeds against CachedMNRL, paired by "
+            "seed on SciFact; it is clearly below CachedMNRL. So the queue helps in none") in text
+    assert text.endswith("nothing defaults to it.")
+
+
+def test_which_method_for_your_memory_pending_and_recommended():
+    pending = render_readme.memory_advice(_advice_data({"status": "pending", "missing_runs": 9, "dual_bank_recommended": False}))
+    assert pending.endswith("The verdict on the dual bank waits for the seeds and NFCorpus (9 runs to go).")
+    good = render_readme.memory_advice(_advice_data({"status": "final", "dual_bank_recommended": True, "checks": {}}))
+    assert "at less time a step than CachedMNRL (71.00, 3.0 GiB, 1.10x)" in good
+    assert good.endswith("this package's recommendation for small-memory training.")
