@@ -234,6 +234,9 @@ def _row(plan: Grid, log: Mapping[str, dict], setting: str, method_: Method) -> 
     if entry is None:
         return None
     done = entry.pop("done", [])
+    # cost from the runs on the first run's kind of machine only (a run merged from a GPU bundle
+    # reports the CUDA allocator's peak and GPU seconds: not to be averaged with RSS and CPU seconds)
+    costed = [r for r in done if r["memory"]["kind"] == done[0]["memory"]["kind"]] if done else []
     fields = method_.fields
     return {
         "baseline": fields["baseline"], "loss": method_.loss, "note": fields["note"], "ablations": list(fields["ablations"]),
@@ -243,11 +246,11 @@ def _row(plan: Grid, log: Mapping[str, dict], setting: str, method_: Method) -> 
         "chosen_on_dev": {k: entry["chosen_on_dev"][k] for k in ("config", "configs_tried", "configs_planned", "dev_by_config")},
         "dev": entry["dev"], "test": entry["test"], "seeds": entry["seeds"], "seeds_planned": entry["seeds_planned"],
         "steps": entry["cost"].get("steps"), "train_rows": entry["cost"].get("train_rows"),
-        "train_seconds": entry["cost"].get("train_seconds"),
-        "seconds_per_step": _mean(done, lambda r: r["seconds_per_step"]),
-        "peak_memory_mb": _mean(done, lambda r: r["memory"]["peak_mb"]),
-        "training_memory_mb": _mean(done, lambda r: r["memory"]["training_mb"]),
-        "memory_kind": done[0]["memory"]["kind"] if done else None,
+        "train_seconds": _mean(costed, lambda r: r["train_seconds"]) if costed else entry["cost"].get("train_seconds"),
+        "seconds_per_step": _mean(costed, lambda r: r["seconds_per_step"]),
+        "peak_memory_mb": _mean(costed, lambda r: r["memory"]["peak_mb"]),
+        "training_memory_mb": _mean(costed, lambda r: r["memory"]["training_mb"]),
+        "memory_kind": costed[0]["memory"]["kind"] if costed else None, "cost_runs": len(costed),
         "gradient_norms": _mean(done, lambda r: (r.get("gradient_norms") or {}).get("document_over_anchor")),
         "stsb": _mean(done, lambda r: r["general"]["stsb"]),
         "zero_shot_mean": _mean(done, lambda r: r["general"]["zero_shot_mean"]),

@@ -178,3 +178,20 @@ def test_the_conclusion_recommends_the_dual_bank_only_when_it_meets_every_condit
     assert bench.conclusion(pending, 6) == {"status": "pending", "missing_runs": 6, "dual_bank_recommended": False}
     del pending["nfcorpus_cpu"]  # NFCorpus not begun: pending even where the plan cannot count its runs yet
     assert bench.conclusion(pending, 0)["status"] == "pending"
+
+
+def test_cost_comes_from_the_first_runs_kind_of_machine_only(bench):
+    """A seed merged from a GPU bundle (CUDA peak 900 MiB, 10 s) beside CPU seeds (RSS 1,000 and 1,200
+    MiB, 100 and 140 s): quality from all three seeds, cost from the two CPU runs (1,100 MiB, 120 s)."""
+    records = [{"key": "scifact/untrained/0/0", "setting": "scifact", "method": "untrained",
+                "dev": {"ndcg_at_10": 60.0}, "test": {"ndcg_at_10": 64.0}, "general": {"stsb": 82.0}}]
+    for config, score in enumerate((70.0, 69.0)):
+        records.append(_record(bench, "scifact", "mnrl_accumulated", config, 0, score, 70.0, seconds=100.0, peak=1000.0))
+    records.append(_record(bench, "scifact", "mnrl_accumulated", 0, 1, 70.0, 71.0, seconds=140.0, peak=1200.0))
+    gpu = _record(bench, "scifact", "mnrl_accumulated", 0, 2, 70.0, 72.0, seconds=10.0, peak=900.0)
+    gpu["memory"]["kind"] = "cuda"
+    records.append(gpu)
+    row = bench.summarize(records, [0, 1, 2])["scifact"]["methods"]["mnrl_accumulated"]
+    assert row["test"]["ndcg_at_10"]["mean"] == pytest.approx(71.0) and row["seeds"] == [0, 1, 2]
+    assert row["peak_memory_mb"]["mean"] == pytest.approx(1100.0) and row["train_seconds"]["mean"] == pytest.approx(120.0)
+    assert row["memory_kind"] == "rss" and row["cost_runs"] == 2
