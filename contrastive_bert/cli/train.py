@@ -15,6 +15,7 @@ import dataclasses
 import json
 import shlex
 import sys
+import textwrap
 import typing
 from pathlib import Path
 from typing import Any
@@ -112,13 +113,28 @@ def _flag_type(name: str, hint: Any):
     return str
 
 
+def losses_epilog(width: int = 100) -> str:
+    """``train --help``'s list of the registered losses, one short line each (the registry's
+    description up to its option list: the options are in each class's docstring)."""
+    from contrastive_bert.training.losses_registry import LOSSES
+
+    lines = ["losses (--loss NAME; a wrong option in --loss-options is an error listing the right ones):"]
+    for name, entry in LOSSES.items():
+        about = entry.description.split(" (loss_options")[0]
+        lines += textwrap.wrap(f"{name}: {about}", width=width, initial_indent="  ", subsequent_indent="      ")
+    return "\n".join(lines)
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    description = ("Every recipe field is a flag; flags override the file. --resume continues the run recorded in "
+                   "<output-dir>/recipe.json from its last checkpoint: a flag that differs from the recorded recipe is an error "
+                   "naming the field, except the few that may change on resume (max-steps, epochs, logging and saving steps).")
     parser = subparsers.add_parser(
         "train",
         help="train a model from a recipe file and/or flags",
-        description="Every recipe field is a flag; flags override the file. --resume continues the run recorded in "
-        "<output-dir>/recipe.json from its last checkpoint: a flag that differs from the recorded recipe is an error "
-        "naming the field, except the few that may change on resume (max-steps, epochs, logging and saving steps).",
+        description="\n".join(textwrap.wrap(description, width=100)),
+        epilog=losses_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     defaults = TrainingRecipe()
     suppress = argparse.SUPPRESS  # a flag not given leaves the file's (or the recorded) value alone

@@ -143,14 +143,19 @@ def register_loss(entry: LossEntry) -> LossEntry:
 def accumulation_hint(loss: str, gradient_accumulation_steps: int) -> str | None:
     """One line for a loss whose negatives come from its own batch trained with gradient
     accumulation > 1: the micro-batches never see each other's documents (sentence-transformers
-    issue 2916), and what does enlarge the negatives. None when it does not apply."""
+    issue 2916), and what does enlarge the negatives: the loss's GradCache form at the full batch,
+    the best small-memory way measured (``eval/bench_memory_budget.py``; ContAccum's dual bank
+    trailed even plain accumulation there, so it is not suggested). None when it does not apply."""
     entry = LOSSES.get(loss)
     if entry is None or not entry.in_batch_negatives or gradient_accumulation_steps <= 1:
         return None
+    cached = loss if loss.startswith("cached_") else f"cached_{loss}"
+    cached = cached if cached in LOSSES else "cached_mnrl"
     return (f"note: gradient accumulation ({gradient_accumulation_steps} micro-batches a step) does not enlarge {loss}'s "
             "in-batch negatives: each micro-batch sees only its own documents. For the negatives of the whole step in the "
-            "same memory use cached_mnrl at the full batch (GradCache: exact, a second forward pass) or queue_infonce with "
-            "loss_options dual_bank: true, bank_scope: step (ContAccum); docs/results.md#training-under-a-memory-budget")
+            f"same memory, train {cached} at the full batch ({gradient_accumulation_steps} x the batch size, mini_batch_size "
+            "in loss_options) without accumulation: GradCache, the exact large-batch gradient for a second forward pass; "
+            "docs/results.md#training-under-a-memory-budget")
 
 
 def get_loss_entry(name: str) -> LossEntry:
@@ -316,11 +321,11 @@ def _queue_cosent(model, train_dataset, options, batch_size):
     return build_queue_cosent_loss(model, len(train_dataset), batch_size, **options)
 
 
-register_loss(LossEntry("queue_infonce", "pairs", _queue_infonce, "no_duplicates", "InfoNCE + FIFO embedding queue + mined hard negatives (loss_options: queue_size, temperature, num_hard_negatives, hard_negative_share, momentum, perc_pos, guide_model, ...)",
+register_loss(LossEntry("queue_infonce", "pairs", _queue_infonce, "no_duplicates", "InfoNCE + FIFO embedding queue (or ContAccum's dual bank) + mined hard negatives; measured: no gain over mnrl on mined triplets, nor under accumulation (docs/results.md) (loss_options: queue_size, temperature, num_hard_negatives, hard_negative_share, momentum, perc_pos, guide_model, ...)",
                         options_from=("contrastive_bert.losses.queue_infonce:QueueInfoNCELoss",)))
 register_loss(LossEntry("cached_queue_infonce", "pairs", _cached_queue_infonce, "no_duplicates", "queue_infonce with GradCache for large batches (loss_options: those of queue_infonce + mini_batch_size, mini_batch_num_tokens)",
                         options_from=("contrastive_bert.losses.cached_queue_infonce:CachedQueueInfoNCELoss",)))
-register_loss(LossEntry("queue_cosent", "scored_pairs", _queue_cosent, "batch_sampler", "InfoNCE with the queue over high-score pairs + weight x CoSENT/AnglE over all scored pairs; low-score partners as negatives (loss_options: infonce_weight, score_weight, score_term, score_scale, positive_threshold, negative_threshold + those of queue_infonce)",
+register_loss(LossEntry("queue_cosent", "scored_pairs", _queue_cosent, "batch_sampler", "InfoNCE with the queue over high-score pairs + weight x CoSENT/AnglE over all scored pairs; low-score partners as negatives; measured: below cosent on STS-B (docs/results.md) (loss_options: infonce_weight, score_weight, score_term, score_scale, positive_threshold, negative_threshold + those of queue_infonce)",
                         options_from=("contrastive_bert.losses.queue_cosent:QueueCoSENTLoss",)))
 
 

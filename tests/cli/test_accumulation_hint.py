@@ -14,7 +14,8 @@ from contrastive_bert.training.losses_registry import accumulation_hint
 def test_in_batch_losses_with_accumulation_get_the_hint(loss):
     hint = accumulation_hint(loss, 8)
     assert hint is not None and "8 micro-batches" in hint and f"{loss}'s" in hint
-    assert "dual_bank: true" in hint and "cached_mnrl" in hint
+    cached = loss if loss.startswith("cached_") else f"cached_{loss}"
+    assert f"train {cached} at the full batch (8 x the batch size" in hint and "dual_bank" not in hint
     assert accumulation_hint(loss, 1) is None
 
 

@@ -164,3 +164,17 @@ def test_faiss_info_lines_are_quieted_like_transformers(flags, shown, capsys):
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
+
+
+def test_train_help_lists_every_registered_loss_in_one_short_entry(capsys):
+    """``train --help`` ends with the losses: each registered name once, its description without the
+    option list, lines within 100 characters; the queue losses say what was measured."""
+    from contrastive_bert.training.losses_registry import LOSSES
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    epilog = capsys.readouterr().out.split("losses (--loss NAME")[1]
+    entries = [line.strip().split(":")[0] for line in epilog.splitlines() if line.startswith("  ") and not line.startswith("      ")]
+    assert entries == list(LOSSES)
+    assert "loss_options" not in epilog and max(len(line) for line in epilog.splitlines()) <= 100
+    assert "queue_infonce: InfoNCE + FIFO embedding queue" in epilog and "measured: no gain over mnrl" in epilog
