@@ -90,8 +90,14 @@ def test_which_method_for_your_memory_and_the_negative_verdict():
     assert "accumulated MNRL is the fastest but trains with one micro-batch's negatives (70.00, 3.0 GiB)." in text
     assert ("+1.00 ± 0.50, 3 of 3 seeds against accumulated MNRL and -2.00 ± 0.50, 0 of 3 seeds against CachedMNRL, paired by "
             "seed on SciFact; on SciFact it is clearly below CachedMNRL; on NFCorpus it does not beat accumulated MNRL by more "
-            "than the seed noise. So the queue helps in none") in text
-    assert text.endswith("nothing defaults to it.")
+            "than the seed noise. So the dual bank is not recommended") in text
+    assert text.endswith("So the dual bank is not recommended where it helped on one set only, and nothing defaults to it.")
+    neither = {**checks, "beats_accumulated_mnrl": False}
+    text = render_readme.memory_advice(_advice_data({"status": "final", "dual_bank_recommended": False,
+                                                     "checks": {"scifact": neither, "nfcorpus_cpu": neither}}))
+    assert "on SciFact it does not beat accumulated MNRL by more than the seed noise and it is clearly below CachedMNRL" in text
+    assert text.endswith("So the queue helps in none of the measured regimes (batch 32, and micro-batch 8 under accumulation, "
+                         "on SciFact and NFCorpus), and nothing defaults to it.")
 
 
 def test_which_method_for_your_memory_pending_and_recommended():
