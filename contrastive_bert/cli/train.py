@@ -325,11 +325,13 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _print_accumulation_hint(recipe) -> None:
-    """Once per run: an in-batch loss with gradient accumulation gets no more negatives from it."""
+    """Once per run: an in-batch loss with gradient accumulation gets no more negatives from it; a
+    per-step dual bank without accumulation stays empty."""
     from contrastive_bert.training.losses_registry import accumulation_hint
 
     stages = [{**vars(recipe), **stage} for stage in recipe.stages] if recipe.stages else [vars(recipe)]
-    hints = {accumulation_hint(stage.get("loss", recipe.loss), int(stage.get("gradient_accumulation_steps", 1)))
+    hints = {accumulation_hint(stage.get("loss", recipe.loss), int(stage.get("gradient_accumulation_steps", 1)),
+                               stage.get("loss_options") or {})
              for stage in stages}
     for hint in sorted(h for h in hints if h):
         print(hint, file=sys.stderr)

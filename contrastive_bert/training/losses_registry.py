@@ -140,12 +140,20 @@ def register_loss(entry: LossEntry) -> LossEntry:
     return entry
 
 
-def accumulation_hint(loss: str, gradient_accumulation_steps: int) -> str | None:
+def accumulation_hint(loss: str, gradient_accumulation_steps: int, loss_options: Mapping[str, Any] | None = None) -> str | None:
     """One line for a loss whose negatives come from its own batch trained with gradient
     accumulation > 1: the micro-batches never see each other's documents (sentence-transformers
     issue 2916), and what does enlarge the negatives: the loss's GradCache form at the full batch,
     the best small-memory way measured (``eval/bench_memory_budget.py``; ContAccum's dual bank
-    trailed even plain accumulation there, so it is not suggested). None when it does not apply."""
+    trailed even plain accumulation there, so it is not suggested). A queue loss whose dual bank is
+    cleared at every optimizer step (``bank_scope: step``) without accumulation: its bank stays
+    empty and the loss is MNRL's, said too. None when neither applies."""
+    options = loss_options or {}
+    if (loss in ("queue_infonce", "cached_queue_infonce") and options.get("dual_bank") and options.get("bank_scope") == "step"
+            and gradient_accumulation_steps <= 1):
+        return (f"note: {loss} with dual_bank and bank_scope: step banks only the optimizer step's earlier micro-batches; "
+                "with no gradient accumulation the bank stays empty and the loss is MNRL's. Set --gradient-accumulation-steps "
+                "above 1, or bank_scope: fifo to keep rows across steps")
     entry = LOSSES.get(loss)
     if entry is None or not entry.in_batch_negatives or gradient_accumulation_steps <= 1:
         return None

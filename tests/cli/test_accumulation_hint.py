@@ -22,6 +22,16 @@ def test_in_batch_losses_with_accumulation_get_the_hint(loss):
 @pytest.mark.parametrize("loss", ["queue_infonce", "cosent", "acl"])
 def test_losses_whose_negatives_span_micro_batches_or_that_have_none_get_no_hint(loss):
     assert accumulation_hint(loss, 8) is None
+    assert accumulation_hint(loss, 8, {"dual_bank": True, "bank_scope": "step"}) is None
+
+
+@pytest.mark.parametrize("loss", ["queue_infonce", "cached_queue_infonce"])
+def test_a_per_step_dual_bank_without_accumulation_is_said_to_be_mnrl(loss):
+    hint = accumulation_hint(loss, 1, {"dual_bank": True, "bank_scope": "step"})
+    assert hint is not None and "the bank stays empty and the loss is MNRL's" in hint and "--gradient-accumulation-steps" in hint
+    assert accumulation_hint(loss, 1, {"dual_bank": True, "bank_scope": "fifo"}) is None  # keeps rows across steps
+    assert accumulation_hint(loss, 1, {"dual_bank": True}) is None  # fifo by default
+    assert accumulation_hint(loss, 1, {"bank_scope": "step"}) is None  # no dual bank
 
 
 def test_the_cli_says_it_once_per_run_on_stderr(capsys):
@@ -32,3 +42,9 @@ def test_the_cli_says_it_once_per_run_on_stderr(capsys):
     assert err.count("note: gradient accumulation") == 1 and err.count("\n") == 1
     _print_accumulation_hint(TrainingRecipe(datasets=["stsb"], loss="mnrl"))
     assert capsys.readouterr().err == ""
+
+
+def test_the_cli_reads_each_stages_loss_options(capsys):
+    recipe = TrainingRecipe(datasets=["stsb"], loss="queue_infonce", loss_options={"dual_bank": True, "bank_scope": "step"})
+    _print_accumulation_hint(recipe)
+    assert capsys.readouterr().err.count("the bank stays empty") == 1
