@@ -212,14 +212,28 @@ def table_retrieval_queue_diagnosis(results: Results) -> str:
     return benchmark_table(runs, QUEUE_DIAGNOSIS_COLUMNS, first="run (method/config/seed)") if runs else "*No queue run has finished yet.*"
 
 
-table_acl = Table("acl_quality:settings.{0}/{1}", [  # {{table acl DATASET REGIME}}
+ACL_COLUMNS = [
     Column("chosen on dev", if_trained("chosen_on_dev.options"), lambda options: options_text(options, ACL_OPTIONS)),
     Column("dev acc.", "dev.accuracy"), Column("test acc.: mean ± std (seeds)", "test.accuracy", "seeds"),
     Column("test macro-F1", "test.macro_f1"), Column("train s", "cost.train_seconds", "mean.0f"),
     Column("STS-B after", "general.stsb", "mean"), Column("zero-shot mean after", "general.zero_shot_mean", "mean"),
     Column("ACL-Grad gated", "gated_share", "{:.1%}"), Column("mean angle", "mean_angle", "{:.0f}°"),
     Column("cheap angle agrees with exact", "agreement_with_exact", "{:.0%}", only=("acl_embed_grad",)),  # all record it; ACL-Grad uses it
-], ACL_LABELS, missing="*Not run yet: `acl_quality.json` has no {0} {1} results.*")
+]
+ACL_PROBE_COLUMNS = [  # regimes whose runs score a linear probe of their own embeddings (full16k)
+    Column("linear probe of its embeddings, test acc.", "probe_test_accuracy", "mean"),
+    Column("label head − probe", "head_minus_probe", "mean"),
+]
+
+
+def _acl_columns(entries: Mapping) -> list[Column]:
+    """The ACL table's columns; the probe's only where a run scored one."""
+    probed = any(isinstance(entry, Mapping) and entry.get("probe_test_accuracy") for entry in entries.values())
+    return ACL_COLUMNS + (ACL_PROBE_COLUMNS if probed else [])
+
+
+table_acl = Table("acl_quality:settings.{0}/{1}", _acl_columns,  # {{table acl DATASET REGIME}}
+                  ACL_LABELS, missing="*Not run yet: `acl_quality.json` has no {0} {1} results.*")
 table_acl_cost = Table("acl_quality_protocol:acl_grad_cost.ratio_to_ce", [Column("time per step vs CE", "", "{:.2f}x")], ACL_COST_LABELS,
                        first="variant", skip=("ce",))
 table_acl_short = Table("bench_acl:datasets", lambda data: per_key(next(iter(data.values()))["summary"], "summary.{}", ACL_SHORT_LABELS),

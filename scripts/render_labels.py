@@ -49,7 +49,7 @@ ACL_LABELS = {"logreg": "logistic regression on frozen embeddings", "ce": "CE", 
               "acl_embed_grad": "ACL-Embed + ACL-Grad"}
 ACL_OPTIONS = {"learning_rate": "lr", "contrastive_weight": "λ", "temperature": "τ"}
 ACL_DATASETS = {"banking77": "Banking77", "emotion": "emotion", "sst2": "SST-2"}
-ACL_REGIMES = {"full": "all of train", "10-shot": "10 per class"}
+ACL_REGIMES = {"full": "all of train", "10-shot": "10 per class", "full16k": "all of train (16,000 rows)"}
 ACL_SAMPLED = {"emotion": "a 3,000-row sample of train", "sst2": "a 3,000-row sample of train"}  # "full" as it was used
 
 

@@ -156,7 +156,8 @@ def standings_table(results: Results) -> str:
                   "this package", "difference", "file"], rows)
 
 
-ACL_BLOCKS = [("banking77", "full"), ("banking77", "10-shot"), ("emotion", "full"), ("emotion", "10-shot"), ("sst2", "full")]
+ACL_BLOCKS = [("banking77", "full"), ("banking77", "10-shot"), ("emotion", "full16k"), ("emotion", "full"), ("emotion", "10-shot"),
+              ("sst2", "full")]
 
 
 def table_acl_verdict(results: Results) -> str:
