@@ -149,3 +149,23 @@ def test_no_retrieval_row_without_a_baseline(tmp_path, setting):
     results = _results(tmp_path)
     results["retrieval_quality"][setting]["verdict"]["baseline"] = None
     assert retrieval_standing(results, setting) is None
+
+
+def test_the_emotion_row_moves_to_all_of_its_training_data_once_its_seeds_are_in(tmp_path):
+    """emotion/full16k: CE + SupCon (dev 91) and ACL-Embed, encoded (dev 92) with 3 seeds, CE with one: the row
+    reads the full data, SupCon the baseline (the only CE row with every seed): 92.5 - 91.25 = +1.25."""
+    results = _results(tmp_path)
+    settings = results["acl_quality"]["settings"]
+
+    def run(mean, dev, seeds):
+        return {"test": {"accuracy": {"mean": mean, "std": 0.5, "values": [mean] * len(seeds)}}, "dev": {"accuracy": dev},
+                "seeds": seeds}
+
+    settings["emotion/full16k"] = {"ce": run(90.0, 90.0, [0]), "supcon": run(91.25, 91.0, [0, 1, 2]),
+                                   "acl_embed_encoded": run(92.5, 92.0, [0, 1, 2]), "acl_embed": run(91.0, 90.5, [0])}
+    rows = standings_table(results).splitlines()
+    assert ("| Emotion, all 16,000 training rows, test acc. (3 seeds) | CE + SupCon 91.25 ± 0.50 "
+            f"| ACL-Embed, encoded names 92.50 ± 0.50 | +1.25 | {ACL} |") in rows
+    assert not any("3,000-row sample of train, test acc." in row and "Emotion" in row for row in rows)
+    settings["emotion/full16k"]["acl_embed_encoded"]["seeds"] = [0, 1]  # a seed to go: the sample's row stays
+    assert any(row.startswith("| Emotion, a 3,000-row sample") for row in standings_table(results).splitlines())
