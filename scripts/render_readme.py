@@ -270,8 +270,8 @@ def memory_advice(data: Mapping) -> str:
               for setting, checks in conclusion["checks"].items() if not all(checks.values())]
     helped_somewhere = any(checks.get("beats_accumulated_mnrl") for checks in conclusion["checks"].values())
     so = ("So the dual bank is not recommended where it helped on one set only, and nothing defaults to it." if helped_somewhere else
-          "So the queue helps in none of the measured regimes (batch 32, and micro-batch 8 under accumulation, on SciFact and "
-          "NFCorpus), and nothing defaults to it.")
+          "So the queue helps in none of the measured regimes (batch 32 on SciFact and answer selection, micro-batch 8 under "
+          "accumulation on SciFact and NFCorpus), and nothing defaults to it.")
     return text + f" {label}: {versus} on SciFact; {'; '.join(failed)}. {so}"
 
 

@@ -96,8 +96,8 @@ def test_which_method_for_your_memory_and_the_negative_verdict():
     text = render_readme.memory_advice(_advice_data({"status": "final", "dual_bank_recommended": False,
                                                      "checks": {"scifact": neither, "nfcorpus_cpu": neither}}))
     assert "on SciFact it does not beat accumulated MNRL by more than the seed noise and it is clearly below CachedMNRL" in text
-    assert text.endswith("So the queue helps in none of the measured regimes (batch 32, and micro-batch 8 under accumulation, "
-                         "on SciFact and NFCorpus), and nothing defaults to it.")
+    assert text.endswith("So the queue helps in none of the measured regimes (batch 32 on SciFact and answer selection, "
+                         "micro-batch 8 under accumulation on SciFact and NFCorpus), and nothing defaults to it.")
 
 
 def test_which_method_for_your_memory_pending_and_recommended():
