@@ -261,8 +261,12 @@ def memory_advice(data: Mapping) -> str:
         return text + (f" The verdict on the dual bank waits for the seeds and NFCorpus ({conclusion['missing_runs']} runs to go)."
                        if conclusion.get("missing_runs") else "")
     label = MEMORY_BUDGET_LABELS.get(ours, f"`{ours}`")
-    versus = (f"{paired(verdict.get('ours_minus_accumulated_mnrl'))} against accumulated MNRL and "
-              f"{paired(verdict.get('ours_minus_cached_mnrl'))} against CachedMNRL, paired by seed")
+    def against(setting_verdict: Mapping) -> str:
+        return (f"{paired(setting_verdict.get('ours_minus_accumulated_mnrl'))} against accumulated MNRL and "
+                f"{paired(setting_verdict.get('ours_minus_cached_mnrl'))} against CachedMNRL")
+
+    versus = "; ".join(f"on {SETTING_NAMES.get(setting, setting)} {against(data[setting].get('verdict') or {})}"
+                       for setting in SETTING_NAMES if setting in data) + ", paired by seed"
     if conclusion["dual_bank_recommended"]:
         return text + (f" {label}: {versus}, at less time a step than CachedMNRL ({said(ours)}): on every measured set it is "
                        "this package's recommendation for small-memory training.")
@@ -272,7 +276,7 @@ def memory_advice(data: Mapping) -> str:
     so = ("So the dual bank is not recommended where it helped on one set only, and nothing defaults to it." if helped_somewhere else
           "So the queue helps in none of the measured regimes (batch 32 on SciFact and answer selection, micro-batch 8 under "
           "accumulation on SciFact and NFCorpus), and nothing defaults to it.")
-    return text + f" {label}: {versus} on SciFact; {'; '.join(failed)}. {so}"
+    return text + f" {label}: {versus}; {'; '.join(failed)}. {so}"
 
 
 def memory_budget_paragraph(results: Results) -> str:
