@@ -353,9 +353,14 @@ def summarize(records: list[dict], seeds: list[int]) -> dict:
     return out
 
 
+MARKERS = ("o", "s", "^", "v", "D", "P", "X")  # one per method (METHODS order), named in the legend
+
+
 def plot(summary: dict, path: Path) -> None:
-    """Test nDCG@10 (mean ± std) against training seconds, one marker per method, its peak memory
-    written beside it; grey: sentence-transformers, blue: ours."""
+    """Test nDCG@10 (mean ± std) against seconds per optimizer step, one marker per method, named in
+    the legend with its seeds and peak memory; grey: sentence-transformers, blue: ours. The seconds are the timing
+    pass's (quiet machine, every method back to back; the grid's runs shared the machine at times),
+    the grid's own where a method was not timed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -364,22 +369,31 @@ def plot(summary: dict, path: Path) -> None:
     settings = [s for s in SETTINGS if s in summary and summary[s]["methods"]]
     if not settings:
         return
+    timing = summary.get("timing") or {}
+    titles = {"scifact": "SciFact", "nfcorpus_cpu": "NFCorpus (CPU protocol)"}
     fig, axes = plt.subplots(1, len(settings), figsize=(7.5 * len(settings), 5), squeeze=False)
     for ax, setting in zip(axes[0], settings):
         block = summary[setting]
+        points = []
         for name, row in block["methods"].items():
-            if not row["test"]:
-                continue
-            x, y = row["train_seconds"]["mean"], row["test"]["ndcg_at_10"]["mean"]
+            timed = (timing.get(name) or {}).get("median_step_seconds")
+            x = timed if timed else (row.get("seconds_per_step") or {}).get("mean")
+            if row["test"] and x is not None:
+                points.append((x, name, row, bool(timed)))
+        for x, name, row, timed in sorted(points, key=lambda point: point[0]):
+            y = row["test"]["ndcg_at_10"]["mean"]
             color = "tab:gray" if row["baseline"] else "tab:blue"
-            ax.errorbar([x], [y], yerr=[row["test"]["ndcg_at_10"]["std"]], fmt="o", color=color, capsize=3)
             memory = row["peak_memory_mb"]["mean"] / 1024 if row["peak_memory_mb"] else float("nan")
-            ax.annotate(f"{name} ({len(row['seeds'])}), {memory:.1f} GiB", (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+            label = f"{name} ({len(row['seeds'])} seed{'s' if len(row['seeds']) > 1 else ''}), {memory:.1f} GiB" + ("" if timed else ", grid's s")
+            ax.errorbar([x], [y], yerr=[row["test"]["ndcg_at_10"]["std"]], fmt=MARKERS[list(METHODS).index(name) % len(MARKERS)],
+                        color=color, capsize=3, markersize=7, label=label)
         ax.axhline(block["untrained"]["test"]["ndcg_at_10"], color="k", linestyle="--", linewidth=1, label="untrained")
-        ax.set_xlabel(f"training seconds ({MICRO_BATCH} x {ACCUMULATION} or batch {TOTAL_BATCH}; 2 CPU cores)")
+        ax.legend(loc="lower right", fontsize=7)
+        ax.set_xlabel(f"seconds per optimizer step of {TOTAL_BATCH} rows (timing pass, 2 CPU cores)")
         ax.set_ylabel("test nDCG@10 (mean ± std; (n) seeds)")
-        ax.set_title(f"{setting}: grey = sentence-transformers, blue = contrastive_bert; peak memory of training")
-        ax.legend(loc="lower right")
+        ax.set_title(titles.get(setting, setting))
+    fig.suptitle(f"Micro-batch {MICRO_BATCH}, {TOTAL_BATCH} rows a step: grey = sentence-transformers, blue = contrastive_bert; "
+                 "peak memory of training in the legend")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
