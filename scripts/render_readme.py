@@ -270,7 +270,14 @@ def memory_advice(data: Mapping) -> str:
     if conclusion["dual_bank_recommended"]:
         return text + (f" {label}: {versus}, at less time a step than CachedMNRL ({said(ours)}): on every measured set it is "
                        "this package's recommendation for small-memory training.")
-    failed = [f"on {SETTING_NAMES.get(setting, setting)} " + " and ".join(CONCLUSION_CHECKS[c] for c in CONCLUSION_CHECKS if not checks.get(c, True))
+    def why(setting: str, check: str) -> str:
+        """A failed condition in words; "clearly below accumulated MNRL" where every seed lost by more than the std."""
+        diff = (data.get(setting, {}).get("verdict") or {}).get("ours_minus_accumulated_mnrl") or {}
+        if check == "beats_accumulated_mnrl" and diff.get("clear") and diff.get("mean", 0.0) < 0:
+            return "it is clearly below accumulated MNRL"
+        return CONCLUSION_CHECKS[check]
+
+    failed = [f"on {SETTING_NAMES.get(setting, setting)} " + " and ".join(why(setting, c) for c in CONCLUSION_CHECKS if not checks.get(c, True))
               for setting, checks in conclusion["checks"].items() if not all(checks.values())]
     helped_somewhere = any(checks.get("beats_accumulated_mnrl") for checks in conclusion["checks"].values())
     so = ("So the dual bank is not recommended where it helped on one set only, and nothing defaults to it." if helped_somewhere else
@@ -304,8 +311,9 @@ def memory_budget_paragraph(results: Results) -> str:
         if row["test"]:
             label = MEMORY_BUDGET_LABELS.get(name, f"`{name}`")
             parts.append(f"{label} {fmt(row['test']['ndcg_at_10'], seeds=True)}" + (f" ({cost(name)})" if cost(name) else ""))
+    so_far = " so far" if block.get("missing_runs") else ""
     text = (f"- **Memory budget** (SciFact test nDCG@10, micro-batch 8, 64 rows an optimizer step, each at the learning "
-            f"rate its dev runs so far chose; untrained {fmt(block['untrained']['test']['ndcg_at_10'])}): " + "; ".join(parts) + ".")
+            f"rate its dev runs{so_far} chose; untrained {fmt(block['untrained']['test']['ndcg_at_10'])}): " + "; ".join(parts) + ".")
     diff = verdict.get("ours_minus_baseline")
     if verdict.get("pending") or not diff or len(diff["seeds"]) < 3:
         text += f" The grid is still running ({block['missing_runs']} runs of its plan to go); no verdict yet."

@@ -111,3 +111,13 @@ def test_which_method_for_your_memory_pending_and_recommended():
     good = render_readme.memory_advice(_advice_data({"status": "final", "dual_bank_recommended": True, "checks": {}}))
     assert "at less time a step than CachedMNRL (71.00, 3.0 GiB, 1.10x)" in good
     assert good.endswith("this package's recommendation for small-memory training.")
+
+
+def test_a_clear_loss_to_accumulated_mnrl_is_said_as_such():
+    """SciFact's hand-built ContAccum - accumulated: -1, -1.5, -0.5 (mean -1, std 0.5, every seed lost): "clearly below"."""
+    data = _advice_data({"status": "final", "dual_bank_recommended": False, "checks": {"scifact": {
+        "ours_is_a_dual_bank": True, "beats_accumulated_mnrl": False, "matches_cached_mnrl": False, "faster_than_cached_mnrl": True}}})
+    verdict = data["scifact"]["verdict"]
+    verdict["ours_minus_accumulated_mnrl"] = {**_stat(-1.0, -1.5, -0.5), "seeds": [0, 1, 2], "seeds_won": 0, "clear": True}
+    text = render_readme.memory_advice(data)
+    assert "on SciFact it is clearly below accumulated MNRL and it is clearly below CachedMNRL." in text
