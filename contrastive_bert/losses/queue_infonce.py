@@ -5,9 +5,10 @@ Measured against sentence-transformers' losses (docs/results.md, every figure th
 in each form tried, adds nothing beyond the seed noise over MNRL on the same data at batch 32
 (SciFact's mined triplets, answer selection; on NFCorpus's one-epoch protocol the queue never
 filled), and under gradient accumulation at micro-batch 8 its dual bank (ContAccum) trails plain
-accumulated MNRL and CachedMNRL on SciFact. So nothing defaults to it: for retrieval train MNRL on
-mined triplets, in small memory CachedMNRL at the full batch. It stays for study, and for regimes
-not measured here (larger models, far smaller batches).
+accumulated MNRL and CachedMNRL on SciFact (on NFCorpus: level with accumulation, below CachedMNRL).
+So nothing defaults to it: for retrieval train MNRL on mined triplets, in small memory CachedMNRL
+at the full batch. It stays for study, and for regimes not measured here (larger models, far
+smaller batches).
 
 One step, as :meth:`QueueInfoNCELoss.forward` reads top to bottom:
 
