@@ -30,15 +30,20 @@ def test_a_dry_run_of_the_full16k_grid(tmp_path, monkeypatch, tiny_loader):
     monkeypatch.setattr(bench, "general_ability", lambda model, data_dir, max_rows=None: None)
     monkeypatch.setattr(bench, "label_name_geometry", lambda data_dir, device=None: {})
     run_log, output = tmp_path / "runs.jsonl", tmp_path / "acl.json"
-    assert bench.main(["--dry-run", "--only", "emotion:full16k", "--max-runs", "4", "--run-log", str(run_log),
+    assert bench.main(["--dry-run", "--only", "emotion:full16k", "--max-runs", "20", "--run-log", str(run_log),
                        "--output", str(output), "-q"]) == 0
     records = [json.loads(line) for line in run_log.read_text().splitlines()]
     assert loaded == [("emotion", "full16k")]  # all of train, loaded once
-    assert [(r["method"], r.get("learning_rate")) for r in records] == [
-        ("logreg", None), ("acl_embed_encoded", 2e-4), ("acl_embed_encoded", 5e-5), ("acl_embed_encoded_group_by_label", 2e-4)]
+    # the encoded method (the recipe's) first, the baselines before the free head, the old-order twin, then
+    # the seeds of the rows the dev scores pick (dry-run scores: whichever won here)
+    assert [(r["method"], r.get("learning_rate"), r["seed"]) for r in records[:10]] == [
+        ("logreg", None, 0), ("acl_embed_encoded", 2e-4, 0), ("acl_embed_encoded", 5e-5, 0), ("ce", 2e-4, 0), ("ce", 5e-5, 0),
+        ("supcon", 2e-4, 0), ("supcon", 5e-5, 0), ("acl_embed", 2e-4, 0), ("acl_embed", 5e-5, 0),
+        ("acl_embed_encoded_group_by_label", 2e-4, 0)]
+    assert sorted(r["seed"] for r in records[10:]) == [1, 1, 2, 2] and len(records) == 14
     assert all(r["dry_run"] and r["regime"] == "full16k" for r in records)
     trained = records[1:]
-    assert [r["batch_order"] for r in trained] == ["class_mixed", "class_mixed", "group_by_label"]
+    assert [r["method"] for r in trained if r["batch_order"] == "group_by_label"] == ["acl_embed_encoded_group_by_label"]
     for record in trained:
         assert record["steps"] == 2 and record["train_rows"] == sum(COUNTS)
         assert set(record["probe"]) == {"dev", "test"} and 0.0 <= record["probe"]["test"]["accuracy"] <= 100.0

@@ -76,9 +76,10 @@ def _runs(records: list[dict]) -> dict[str, dict]:
     return {r["key"]: r for r in records}
 
 
-def test_the_plan_runs_the_encoded_method_and_its_twin_first_then_the_picks_seeds(bench):
-    assert [(s["method"], s.get("learning_rate")) for s in bench.plan_block("emotion", "full16k", {})][:4] == [
-        ("logreg", None), ("acl_embed_encoded", 2e-4), ("acl_embed_encoded", 5e-5), (TWIN, 2e-4)]
+def test_the_plan_runs_the_encoded_method_and_the_baselines_first_then_the_twin_then_the_picks_seeds(bench):
+    assert [(s["method"], s.get("learning_rate")) for s in bench.plan_block("emotion", "full16k", {})] == [
+        ("logreg", None), ("acl_embed_encoded", 2e-4), ("acl_embed_encoded", 5e-5), ("ce", 2e-4), ("ce", 5e-5),
+        ("supcon", 2e-4), ("supcon", 5e-5), ("acl_embed", 2e-4), ("acl_embed", 5e-5), (TWIN, 2e-4)]
     # every dev run in but the twin's: no pick yet, so no seeds 1-2; the twin is next
     records = [r for r in _dev_runs(bench) if r["method"] != TWIN]
     assert bench.next_run(bench.BLOCKS, _runs(records)) == {"dataset": "emotion", "regime": "full16k", "method": TWIN, "seed": 0,
