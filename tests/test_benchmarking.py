@@ -118,6 +118,25 @@ def test_write_results_refuses_nan_and_keeps_the_old_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
+def test_write_results_leaves_a_file_with_the_same_results_untouched(tmp_path, monkeypatch):
+    from contrastive_bert.benchmarking import results as results_module
+
+    dates = iter(["2026-01-01 00:00:00", "2026-01-02 00:00:00", "2026-01-03 00:00:00"])
+    monkeypatch.setattr(results_module, "environment", lambda device=None: {"date": next(dates)})
+    path = write_results(tmp_path / "r.json", {"score": (1.0, 2.0), "runs": 3})
+    written = path.read_bytes()
+    # the same results again (a tuple is written as a list; the payload's own environment is ignored): not re-dated
+    write_results(path, {"runs": 3, "score": [1.0, 2.0], "environment": {"date": "anything"}})
+    assert path.read_bytes() == written and json.loads(written)["environment"] == {"date": "2026-01-01 00:00:00"}
+    # changed results: rewritten with the next environment
+    write_results(path, {"score": [1.0, 2.0], "runs": 4})
+    assert json.loads(path.read_text()) == {"score": [1.0, 2.0], "runs": 4, "environment": {"date": "2026-01-02 00:00:00"}}
+    # a file that is not JSON is replaced, not an error
+    path.write_text("{not json")
+    write_results(path, {"runs": 4})
+    assert json.loads(path.read_text())["runs"] == 4
+
+
 def test_mean_std_of_one_value_and_of_none():
     assert mean_std([2.0]) == {"mean": 2.0, "std": 0.0, "values": [2.0]}
     with pytest.raises(ValueError, match="values"):

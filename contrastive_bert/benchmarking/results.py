@@ -110,7 +110,24 @@ def write_json(path: str | Path, payload: Any, indent: int = 2) -> Path:
 def write_results(path: str | Path, payload: dict, device: str | None = None, indent: int = 2) -> Path:
     """Write ``payload`` plus ``"environment"`` (see :func:`environment`) as pretty JSON, atomically:
     every results file of ``eval/`` is written through here (``payload``'s own ``"environment"``,
-    if any, is replaced)."""
+    if any, is replaced). A file already holding the same results is left untouched, environment
+    included: a benchmark restarted with nothing left to run does not re-date (or dirty) its results."""
     if not isinstance(payload, dict):
         raise ValueError(f"payload: expected a dict, got {type(payload).__name__}")
+    if _holds(path, payload):
+        return Path(path)
     return write_json(path, {**payload, "environment": environment(device)}, indent=indent)
+
+
+def _holds(path: str | Path, payload: dict) -> bool:
+    """Whether the JSON file at ``path`` holds ``payload`` as it would be written (``"environment"`` aside
+    on both sides); False for a payload JSON cannot hold, so :func:`write_json` raises on it."""
+    def results(value: dict) -> dict:
+        return {key: item for key, item in value.items() if key != "environment"}
+
+    try:
+        wanted = json.loads(json.dumps(results(payload), allow_nan=False))
+        existing = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return False
+    return isinstance(existing, dict) and results(existing) == wanted
