@@ -118,7 +118,9 @@ def losses_epilog(width: int = 100) -> str:
     description up to its option list: the options are in each class's docstring)."""
     from contrastive_bert.training.losses_registry import LOSSES
 
-    lines = ["losses (--loss NAME; a wrong option in --loss-options is an error listing the right ones):"]
+    lines = textwrap.wrap("losses (--loss NAME; a wrong option in --loss-options is an error listing the right ones; a name "
+                          "from sentence-transformers or a paper, e.g. CoSENTLoss or SupCon, is an error saying what it is "
+                          "here):", width=width)
     for name, entry in LOSSES.items():
         about = entry.description.split(" (loss_options")[0]
         lines += textwrap.wrap(f"{name}: {about}", width=width, initial_indent="  ", subsequent_indent="      ")

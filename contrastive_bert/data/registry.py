@@ -47,7 +47,7 @@ def _register_builtin() -> None:
 
 
 def _unknown(name: object) -> ValueError:
-    close = difflib.get_close_matches(str(name), REGISTRY, n=3, cutoff=0.4)
+    close = difflib.get_close_matches(str(name), REGISTRY, n=3, cutoff=0.5)  # 0.4 offered answer_selection for "nonsense"
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return ValueError(
         f"dataset: unknown data set {name!r}; known: {', '.join(sorted(REGISTRY))}.{hint} "

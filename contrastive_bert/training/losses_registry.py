@@ -166,10 +166,40 @@ def accumulation_hint(loss: str, gradient_accumulation_steps: int, loss_options:
             "docs/results.md#training-under-a-memory-budget")
 
 
+# Names users of the field type for a loss (sentence-transformers' class names, the papers' names; compared
+# lower-case, without "_", "-" and a trailing "loss"), and what this package calls it: a hint in the error,
+# not an alias, so every loss keeps one name in recipes and results.
+FIELD_NAMES = {
+    "multiplenegativesranking": "mnrl", "infonce": "mnrl (in-batch InfoNCE) or queue_infonce (with a queue)",
+    "simcse": "mnrl on (text, text) pairs", "triplet": "mnrl on (anchor, positive, negative) rows", "cachedmultiplenegativesranking": "cached_mnrl", "gradcache": "cached_mnrl",
+    "gistembed": "gist", "cachedgistembed": "cached_gist",
+    "moco": "queue_infonce (loss_options: momentum for a momentum encoder)", "queue": "queue_infonce or queue_cosent",
+    "contaccum": "queue_infonce (loss_options: dual_bank)",
+    "supcon": "acl (loss_options: {mode: supcon})", "supervisedcontrastive": "acl (loss_options: {mode: supcon})",
+    "crossentropy": "acl (loss_options: {mode: ce})", "softmax": "acl (loss_options: {mode: ce})",
+    "aclembed": "acl", "aclgrad": "acl (loss_options: {gradient_gating: true})", "aclcl": "cross_layer",
+    "adaptivelayer": "cross_layer (exit heads on intermediate layers)", "earlyexit": "cross_layer",
+}
+
+
+def _field_name_hint(name: str) -> str:
+    """`` 'X' here is Y.`` for a field name of a loss or a registered name written otherwise ("CoSENTLoss",
+    "Queue-InfoNCE"); empty for anything else."""
+    def key(text: str) -> str:
+        return "".join(c for c in str(text).lower() if c not in "_- ")
+
+    wanted = key(name)
+    known = {**{key(n): n for n in LOSSES}, **FIELD_NAMES}
+    target = known.get(wanted) or known.get(wanted.removesuffix("loss"))
+    return f" '{name}' here is {target}." if target else ""
+
+
 def get_loss_entry(name: str) -> LossEntry:
     if name not in LOSSES:
-        close = difflib.get_close_matches(name, LOSSES, n=2, cutoff=0.4)
-        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        hint = _field_name_hint(name)
+        if not hint:
+            close = difflib.get_close_matches(name, LOSSES, n=2, cutoff=0.6)  # 0.4 offered cosent for "nonsense"
+            hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise ValueError(f"loss: unknown loss {name!r}; known: {', '.join(sorted(LOSSES))}.{hint}")
     return LOSSES[name]
 

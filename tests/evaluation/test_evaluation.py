@@ -230,8 +230,13 @@ def test_check_tasks():
     assert check_tasks(["stsb", "banking77"]) == ["stsb", "banking77"]
     with pytest.raises(ValueError, match="tasks: expected at least one task name"):
         check_tasks([])
-    with pytest.raises(ValueError, match=r"unknown data set 'emotions'.*Did you mean 'emotion'"):
+    with pytest.raises(ValueError, match=r"unknown data set 'emotions'.*Did you mean 'emotion'\?"):
         check_tasks(["stsb", "emotions"])
+    with pytest.raises(ValueError, match=r"unknown data set 'sts-b'.*Did you mean 'stsb'\? "):  # not sst2 too
+        check_tasks(["sts-b"])
+    with pytest.raises(ValueError) as caught:  # far from every name: no suggestion (answer_selection was offered)
+        check_tasks(["nonsense"])
+    assert "Did you mean" not in str(caught.value)
 
 
 def test_evaluate_split_dispatches_by_task_type(shared_data):

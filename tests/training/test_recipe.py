@@ -166,6 +166,24 @@ def test_unknown_loss_suggests():
         get_loss_entry("mnlr")
 
 
+@pytest.mark.parametrize(("typed", "said"), [
+    ("CoSENTLoss", "'CoSENTLoss' here is cosent."),  # sentence-transformers' class name
+    ("MultipleNegativesRankingLoss", "'MultipleNegativesRankingLoss' here is mnrl."),
+    ("SupConLoss", "'SupConLoss' here is acl (loss_options: {mode: supcon})."),  # a paper's name
+    ("Queue-InfoNCE", "'Queue-InfoNCE' here is queue_infonce."),  # a registered name written otherwise
+])
+def test_a_loss_named_as_the_field_names_it_says_what_it_is_here(typed, said):
+    with pytest.raises(ValueError) as caught:
+        get_loss_entry(typed)
+    assert str(caught.value).endswith(f"known: {', '.join(sorted(LOSSES))}. {said}")
+
+
+def test_an_unknown_loss_far_from_every_name_gets_no_suggestion():
+    with pytest.raises(ValueError) as caught:
+        get_loss_entry("nonsense")
+    assert "Did you mean" not in str(caught.value) and " here is " not in str(caught.value)
+
+
 def test_register_loss_checks_format():
     with pytest.raises(ValueError, match=r"data_format: expected one of \('pairs', 'scored_pairs', 'labelled'\), got 'triplets'"):
         register_loss(LossEntry("x", "triplets", lambda *a: nn.Identity()))
