@@ -106,14 +106,14 @@ def _sweep_settings(args: argparse.Namespace) -> list[tuple[str, float | int]]:
 
 def run(args: argparse.Namespace) -> int:
     """Handler: classify ``--input`` or run ``--sweep``; every check before the model loads."""
+    from contrastive_bert.heads.exits import check_multi_exit_folder
     from contrastive_bert.models import check_device, check_model_name
 
     criterion = criterion_class(args.criterion or DEFAULT_CRITERION)
     threshold = None if args.threshold is None else criterion.check_threshold(args.threshold)
     check_model_name(args.model)
     check_device(args.device)
-    if not Path(args.model).is_dir():
-        raise ValueError(f"model: {args.model} is not a folder")
+    check_multi_exit_folder(args.model, "model")
     arguments.check_output(args.output, args.overwrite)
     if args.sweep:
         return _run_sweep(args)

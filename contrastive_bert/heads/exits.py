@@ -26,6 +26,7 @@ two-stage training). :func:`check_exit_layers` is the one check of that conventi
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -437,8 +438,25 @@ def load_multi_exit_model(
     ``exit_layers``: the expected exit layers (ValueError when the saved heads differ)."""
     from contrastive_bert.models import load_model
 
-    if not os.path.isdir(path):
-        raise ValueError(f"path: {path} is not a folder")
+    check_multi_exit_folder(path)
     model = load_model(str(path), device=device)
     get_exit_heads(model, exit_layers)
     return model
+
+
+TRAIN_EXITS = ("train them with a cross_layer stage (e.g. scripts/recipes/banking77_multi_exit.yaml) and pass its "
+               "<output-dir>/final folder")
+
+
+def check_multi_exit_folder(path: str | os.PathLike, argument: str = "path") -> None:
+    """ValueError naming ``argument`` unless ``path`` is a saved model folder whose ``modules.json`` lists
+    :class:`MultiExitHeads`: checked before any weight loads."""
+    if not os.path.isdir(path):
+        raise ValueError(f"{argument}: expected the folder of a multi-exit model, got {str(path)!r} (not a folder); {TRAIN_EXITS}")
+    modules = os.path.join(path, "modules.json")
+    if not os.path.isfile(modules):
+        raise ValueError(f"{argument}: {path} is not a saved sentence-transformers model (no modules.json)")
+    with open(modules, encoding="utf-8") as stream:
+        types = [str(entry.get("type", "")) for entry in json.load(stream)]
+    if not any(t.endswith(".MultiExitHeads") for t in types):
+        raise ValueError(f"{argument}: the model in {path} has no exit heads; {TRAIN_EXITS}")

@@ -220,3 +220,14 @@ def test_a_folder_of_documents_only_is_pointed_to_search_which_serves_it(tmp_pat
     out = capsys.readouterr().out.splitlines()
     hits = [line.split()[2] for line in out[out.index("query: cats purr") + 1:]]
     assert sorted(hits) == ["d0", "d1", "d2"] and hits[0] == "d2"  # its own text: cosine 1
+
+
+def test_early_exit_on_a_model_without_exits_says_how_to_train_them(tmp_path, tiny_model, capsys):
+    tiny_model.save(str(tmp_path / "plain"))
+    capsys.readouterr()  # the save's progress bar
+    texts = tmp_path / "texts.txt"
+    texts.write_text("hello\n")
+    err = _one_line_error(capsys, ["early-exit", "--model", str(tmp_path / "plain"), "--input", str(texts)])
+    assert "model: the model in" in err and "has no exit heads; train them with a cross_layer stage" in err
+    err = _one_line_error(capsys, ["early-exit", "--model", "default", "--input", str(texts)])
+    assert "model: expected the folder of a multi-exit model, got 'default' (not a folder)" in err

@@ -219,3 +219,17 @@ def test_final_exit_copies_trained_label_head(tiny4):
     other = LabelEmbeddingClassifier(32, ["x", "y", "z"])
     with pytest.raises(ValueError, match="label_head"):
         copy_label_head(heads, other)
+
+
+def test_a_folder_without_exit_heads_is_refused_before_any_weight_loads(tiny4, tmp_path, monkeypatch):
+    import contrastive_bert.models as models
+
+    tiny4.save(str(tmp_path / "plain"))
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("weights loaded before the check"))
+    with pytest.raises(ValueError, match=r"^path: the model in .*plain has no exit heads; train them with a cross_layer stage"):
+        load_multi_exit_model(tmp_path / "plain")
+    with pytest.raises(ValueError, match=r"^path: expected the folder of a multi-exit model, got 'default' \(not a folder\)"):
+        load_multi_exit_model("default")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"^path: .*empty is not a saved sentence-transformers model \(no modules.json\)$"):
+        load_multi_exit_model(tmp_path / "empty")
