@@ -41,6 +41,12 @@ checkpoint under ``--work-dir``. ``early_exit.json`` is rebuilt after every reco
 environment block; the numbers measured before issue 28 (on the old 300-step backbone) stay in it
 under ``old_300_step_backbone``.
 
+Rounds: a data set's runs belong to the stage-1 recipe they trained, fields and batch order (the
+``acl`` loss's class-mixed batches since issue 38; records without a ``batch_order`` were trained in
+``group_by_label`` order). When the recipe or its order changes, the next run starts a new round (keys
+with ``"round": k``, models in ``--work-dir/NAME-roundK``) and the results keep showing the newest
+complete round, flagged ``superseded``, until the new one is complete.
+
 Run (about 2.5 h of CPU on one torch thread, 3-4 h wall while another benchmark shares the 2 cores:
 Banking77 ~1 h: stage 1 ~15 min, each stage-2 seed ~8 min, the AdaptiveLayerLoss model ~20 min;
 emotion ~1.5 h: 16,000 training rows, stage 1 ~20 min, each seed ~12 min, AdaptiveLayerLoss ~30 min):
@@ -82,9 +88,63 @@ PROFILE_SENTENCES = 64
 DRY_RUN_TRAIN_ROWS = 64
 # AdaptiveLayerLoss cannot wrap encoded label names (see the module doc): its closest objective.
 ADAPTIVE_OPTIONS = {"label_embedding": "free"}
+# A data set's runs belong to the stage-1 recipe they trained (its fields and its loss's batch order): a changed
+# recipe starts a new round of runs (keys with "round": k) in a folder of its own, and the results show the
+# newest complete round. Fields that do not change what is trained are left out of the comparison.
+NOT_TRAINING_FIELDS = ("output_dir", "data_dir", "resume", "overwrite")
+OLD_BATCH_ORDER = "group_by_label"  # stage-1 records without "batch_order": trained before the acl loss drew class-mixed batches
 
 
 # --------------------------------------------------------------------------- pure logic (tested)
+
+
+def trained_setting(recipe: dict, batch_order: str) -> dict:
+    """What a stage-1 recipe trains: its recorded fields (as JSON holds them) but the output and data
+    folders, plus the batch order of its loss."""
+    fields = json.loads(json.dumps({k: v for k, v in recipe.items() if k not in NOT_TRAINING_FIELDS}))
+    return {**fields, "batch_order": batch_order}
+
+
+def recipe_round(log: RunLog, name: str, current: dict) -> int:
+    """The round of ``name``'s runs that trained ``current`` (:func:`trained_setting` of its stage-1 recipe
+    now): the round of a stage-1 record trained from it, else one past the last round (0 for a new data set)."""
+    rounds: dict[int, dict] = {}
+    for record in log.records():
+        if record.get("dataset") == name and record.get("part") == "stage1" and "recipe" in record:
+            rounds[record.get("round", 0)] = trained_setting(record["recipe"], record.get("batch_order", OLD_BATCH_ORDER))
+    same = [k for k, trained in rounds.items() if trained == current]
+    return max(same) if same else max(rounds, default=-1) + 1
+
+
+def part_key(name: str, part: str, round_: int = 0, seed: int | None = None) -> dict:
+    """A run's key: data set, part, the seed of a stage-2 run, and the round after the first."""
+    key: dict[str, Any] = {"dataset": name, "part": part}
+    if seed is not None:
+        key["seed"] = seed
+    if round_:
+        key["round"] = round_
+    return key
+
+
+def round_records(log: RunLog, name: str, round_: int) -> dict[str, Any]:
+    """``{"stage1": record | None, "stage2": [records], "adaptive": record | None}`` of one round."""
+    mine = [r for r in log.records() if r.get("dataset") == name and r.get("round", 0) == round_]
+    return {"stage1": next((r for r in mine if r.get("part") == "stage1"), None),
+            "stage2": [r for r in mine if r.get("part") == "stage2"],
+            "adaptive": next((r for r in mine if r.get("part") == "adaptive"), None)}
+
+
+def shown_round(log: RunLog, name: str, current: int, seeds: list[int], adaptive: bool = True) -> int | None:
+    """The round whose results are shown: the current one once it is complete (stage 1, every seed and,
+    with ``adaptive``, the AdaptiveLayerLoss model) or if no earlier round has a stage-1 run; else the
+    newest earlier round with one (its results stand until the current round replaces them)."""
+    runs = round_records(log, name, current)
+    complete = (runs["stage1"] is not None and {r["seed"] for r in runs["stage2"]} >= set(seeds)
+                and (runs["adaptive"] is not None or not adaptive))
+    earlier = [k for k in range(current - 1, -1, -1) if round_records(log, name, k)["stage1"] is not None]
+    if complete or not earlier:
+        return current if runs["stage1"] is not None else None
+    return earlier[0]
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:
@@ -262,19 +322,29 @@ def convert_old(existing: dict | None) -> dict | None:
             "dev-chosen classifier recipe reaches 93.39; kept as measured (run log: early_exit.runs.jsonl)"}
 
 
-def assemble(log: RunLog, existing: dict | None, acl_quality: dict | None, setup: dict) -> dict:
+def assemble(log: RunLog, existing: dict | None, acl_quality: dict | None, setup: dict,
+             rounds: dict[str, int] | None = None) -> dict:
     """The results JSON from the run log: per data set the stage-1 comparison, the seeds'
-    aggregate, the truncation rows and the table; the old block kept."""
+    aggregate, the truncation rows and the table, from the round :func:`shown_round` picks (``rounds``:
+    each data set's current round, 0 where not given); the old block kept."""
     datasets: dict[str, Any] = {}
     table: list[dict] = []
+    rounds = rounds or {}
+    stale: list[str] = []
     for name in DATASETS:
-        stage1 = log.get({"dataset": name, "part": "stage1"})
-        if stage1 is None:
+        current = rounds.get(name, 0)
+        shown = shown_round(log, name, current, setup.get("seeds") or [], adaptive=not setup.get("no_adaptive"))
+        if shown is None:
             continue
-        records = [r for r in log.records() if r.get("dataset") == name and r.get("part") == "stage2"]
-        adaptive = next((r for r in log.records() if r.get("dataset") == name and r.get("part") == "adaptive"), None)
+        runs = round_records(log, name, shown)
+        stage1, records, adaptive = runs["stage1"], runs["stage2"], runs["adaptive"]
         block: dict[str, Any] = {"stage1": compare_stage1(stage1, reference_accuracy(acl_quality or {}, name)),
-                                 "stage1_train_seconds": stage1.get("train_seconds")}
+                                 "stage1_train_seconds": stage1.get("train_seconds"), "round": shown,
+                                 "stage1_batch_order": stage1.get("batch_order", OLD_BATCH_ORDER)}
+        if shown != current:
+            stale.append(name)
+            block["superseded"] = (f"trained from an earlier stage-1 recipe or batch order (round {shown}); round {current}, "
+                                   "from the recipe as it is now, replaces this block once complete")
         seeds = aggregate_seeds(records) if records else {}
         block["early_exit"] = seeds
         block["dev_choices"] = [{"seed": r["seed"], **(r["dev_choice"] or {})} for r in sorted(records, key=lambda r: r["seed"])]
@@ -292,7 +362,7 @@ def assemble(log: RunLog, existing: dict | None, acl_quality: dict | None, setup
         table += block["table"]
         datasets[name] = block
     pending = [name for name in DATASETS if name not in datasets or not datasets[name]["early_exit"].get("test")
-               or "fixed_truncation" not in datasets[name]]
+               or "fixed_truncation" not in datasets[name] or name in stale]
     out = {"protocol": PROTOCOL, "setup": setup, "pending": pending, "datasets": datasets, "table": table}
     old = convert_old(existing)
     if old is not None:
@@ -324,12 +394,33 @@ PROTOCOL = {
 # --------------------------------------------------------------------------- training and measuring
 
 
+def work_folder(name: str, args: argparse.Namespace) -> Path:
+    """The data set's models under ``--work-dir``: ``NAME/`` for its first round, ``NAME-roundK/`` after."""
+    round_ = getattr(args, "rounds", {}).get(name, 0)
+    return Path(args.work_dir) / (name if not round_ else f"{name}-round{round_}")
+
+
+def batch_order_of(loss: str) -> str:
+    """The batch order the training loop gives ``loss``: a sentence-transformers sampler name, or the name
+    of the package's sampler factory (``class_mixed_batches`` for ``acl`` and ``cross_layer``)."""
+    from contrastive_bert.training.losses_registry import get_loss_entry
+
+    sampler = get_loss_entry(loss).batch_sampler
+    return sampler if isinstance(sampler, str) else sampler.__name__
+
+
+def current_setting(name: str, args: argparse.Namespace) -> dict:
+    """:func:`trained_setting` of the data set's stage-1 recipe as it is now."""
+    stage1, _ = recipes_for(name, args)
+    return trained_setting(stage1.recorded(), batch_order_of(stage1.loss))
+
+
 def recipes_for(name: str, args: argparse.Namespace) -> tuple[Any, Any]:
-    """(stage-1 recipe, stage-2 recipe template) of the data set's multi-exit recipe, in ``--work-dir``."""
+    """(stage-1 recipe, stage-2 recipe template) of the data set's multi-exit recipe, in its :func:`work_folder`."""
     from contrastive_bert.training.recipe import TrainingRecipe
     from contrastive_bert.training.stages import stage_recipes
 
-    overrides: dict[str, Any] = {"output_dir": str(Path(args.work_dir) / name), "data_dir": args.data_dir}
+    overrides: dict[str, Any] = {"output_dir": str(work_folder(name, args)), "data_dir": args.data_dir}
     if args.dry_run:
         overrides["max_train_samples"] = DRY_RUN_TRAIN_ROWS
     multi = TrainingRecipe.from_file(RECIPES / f"{name}_multi_exit.yaml", overrides)
@@ -411,7 +502,7 @@ def run_stage1(name: str, args: argparse.Namespace, rows: dict) -> dict:
     model = load_model(str(Path(stage1.output_dir) / "final"), device=args.device)
     return {"dataset": name, "part": "stage1", "model": str(Path(stage1.output_dir) / "final"), "train_seconds": round(seconds, 1),
             "dev_accuracy": head_accuracy(model, *rows["dev"]), "test_accuracy": head_accuracy(model, *rows["test"]),
-            "max_seq_length": model.max_seq_length, "recipe": stage1.recorded()}
+            "max_seq_length": model.max_seq_length, "recipe": stage1.recorded(), "batch_order": batch_order_of(stage1.loss)}
 
 
 def run_stage2(name: str, seed: int, args: argparse.Namespace, rows: dict, profile: bool) -> dict:
@@ -421,7 +512,7 @@ def run_stage2(name: str, seed: int, args: argparse.Namespace, rows: dict, profi
     from contrastive_bert.inference.early_exit import choose_exit_setting, exit_probabilities, simulated_sweep
 
     stage1, stage2 = recipes_for(name, args)
-    recipe = dataclasses.replace(stage2, seed=seed, output_dir=str(Path(args.work_dir) / name / f"stage-2-seed{seed}"),
+    recipe = dataclasses.replace(stage2, seed=seed, output_dir=str(work_folder(name, args) / f"stage-2-seed{seed}"),
                                  model=str(Path(stage1.output_dir) / "final"))
     seconds = train_or_resume(recipe)
     model = load_multi_exit_model(str(Path(recipe.output_dir) / "final"), device=args.device)
@@ -442,9 +533,9 @@ def run_stage2(name: str, seed: int, args: argparse.Namespace, rows: dict, profi
     return record
 
 
-def run_adaptive(name: str, args: argparse.Namespace, rows: dict) -> dict:
-    """The bundled model trained with AdaptiveLayerLoss around stage 1's objective; every depth's
-    accuracy through its own head (dev, test) and the timings at every depth."""
+def run_adaptive(name: str, args: argparse.Namespace, rows: dict, batch_order: str) -> dict:
+    """The bundled model trained with AdaptiveLayerLoss around stage 1's objective, in the batch order
+    stage 1 trained in; every depth's accuracy through its own head (dev, test) and the timings at every depth."""
     from contrastive_bert.heads.exits import add_exit_heads, tie_exits_to_label_head
     from contrastive_bert.heads.label_embedding import find_label_head
     from contrastive_bert.inference.early_exit import exit_probabilities, simulated_sweep
@@ -452,11 +543,12 @@ def run_adaptive(name: str, args: argparse.Namespace, rows: dict) -> dict:
     from contrastive_bert.losses.acl_embed import dataset_label_names
     from contrastive_bert.models import load_model
     from contrastive_bert.training.output_dir import CHECKPOINTS, FINAL_MODEL, last_checkpoint
+    from contrastive_bert.training.losses_registry import get_loss_entry
     from contrastive_bert.training.runner import fit
     from contrastive_bert.training.train_data import build_train_dataset
 
     stage1, _ = recipes_for(name, args)
-    folder = Path(args.work_dir) / name / "adaptive-layer"
+    folder = work_folder(name, args) / "adaptive-layer"
     options = dict(stage1.loss_options)
     if options.get("label_embedding") == "encoded":
         options.update(ADAPTIVE_OPTIONS)
@@ -474,8 +566,9 @@ def run_adaptive(name: str, args: argparse.Namespace, rows: dict) -> dict:
         model.max_seq_length = stage1.max_seq_length
         loss = adaptive_layer_baseline(model, dataset_label_names(train), **options)
         start = time.perf_counter()
-        # the batch order its logged runs used (group_by_label); the recipes now draw ClassMixedBatchSampler's
-        fit(model, train, loss, stage1, str(folder / CHECKPOINTS), batch_sampler="group_by_label",
+        # the batch order stage 1 trained in (group_by_label before the acl loss drew class-mixed batches)
+        sampler = OLD_BATCH_ORDER if batch_order == OLD_BATCH_ORDER else get_loss_entry(stage1.loss).batch_sampler
+        fit(model, train, loss, stage1, str(folder / CHECKPOINTS), batch_sampler=sampler,
             resume_from_checkpoint=last_checkpoint(folder / CHECKPOINTS))
         seconds = time.perf_counter() - start
         model.save(str(folder / FINAL_MODEL))
@@ -484,7 +577,7 @@ def run_adaptive(name: str, args: argparse.Namespace, rows: dict) -> dict:
     heads = add_exit_heads(model, head.label_names, head_type="linear")
     tie_exits_to_label_head(heads, head)
     record: dict[str, Any] = {"dataset": name, "part": "adaptive", "seed": stage1.seed, "model": str(folder / FINAL_MODEL),
-                              "objective": objective, "train_seconds": round(seconds, 1)}
+                              "objective": {**objective, "batch_order": batch_order}, "train_seconds": round(seconds, 1)}
     for split, (texts, labels) in rows.items():
         record[f"{split}_exits"] = {str(k): v for k, v in simulated_sweep(exit_probabilities(model, texts), labels, [])["exits"].items()}
     record["test_timed"] = timed_runs(model, *rows["test"], args, depths=heads.exit_layers)
@@ -516,10 +609,14 @@ def main(argv: list[str] | None = None) -> None:
     setup = {"seeds": args.seeds, "repeats": args.repeats, "threads": torch.get_num_threads(), "dry_run": args.dry_run,
              "eval_rows": args.eval_rows, "max_steps": args.max_steps, "work_dir": args.work_dir}
 
+    # each data set's round: the runs of its stage-1 recipe as it is now (a new round if it changed)
+    args.rounds = {name: recipe_round(log, name, current_setting(name, args)) for name in DATASETS}
+    setup["no_adaptive"] = args.no_adaptive
+
     def write() -> None:
         output = Path(args.output)
         existing = json.loads(output.read_text()) if output.is_file() else None
-        result = assemble(log, existing, acl_quality, setup)
+        result = assemble(log, existing, acl_quality, setup, args.rounds)
         result["setup"]["seconds"] = round(sum(r.get("seconds", 0.0) for r in log.records()), 1)
         write_results(output, result, device=args.device)
 
@@ -528,12 +625,21 @@ def main(argv: list[str] | None = None) -> None:
         return
     for name in names:
         rows = split_rows(name, args)
-        plan: list[tuple[dict, Any]] = [({"dataset": name, "part": "stage1"}, lambda: run_stage1(name, args, rows))]
+        round_ = args.rounds[name]
+        if round_:
+            logger.info("%s: its stage-1 recipe or batch order changed since its logged runs: round %d, in %s",
+                        name, round_, work_folder(name, args))
+
+        def stage1_order(name: str = name, round_: int = round_) -> str:
+            stage1 = log.get(part_key(name, "stage1", round_)) or {}
+            return stage1.get("batch_order", OLD_BATCH_ORDER)
+
+        plan: list[tuple[dict, Any]] = [(part_key(name, "stage1", round_), lambda: run_stage1(name, args, rows))]
         for index, seed in enumerate(args.seeds):
-            plan.append(({"dataset": name, "part": "stage2", "seed": seed},
+            plan.append((part_key(name, "stage2", round_, seed),
                          lambda seed=seed, index=index: run_stage2(name, seed, args, rows, profile=index == 0)))
         if not args.no_adaptive:
-            plan.append(({"dataset": name, "part": "adaptive"}, lambda: run_adaptive(name, args, rows)))
+            plan.append((part_key(name, "adaptive", round_), lambda: run_adaptive(name, args, rows, stage1_order())))
         for key, run in plan:
             if log.done(key):
                 continue
@@ -546,7 +652,7 @@ def main(argv: list[str] | None = None) -> None:
             record = run()
             seconds = round(time.time() - start, 1)
             args.budget.record(kind, seconds)
-            log.append(key, {**record, "seconds": seconds, "dry_run": args.dry_run})
+            log.append(key, {**record, **({"round": round_} if round_ else {}), "seconds": seconds, "dry_run": args.dry_run})
             logger.info("%s done in %.0f s", key, seconds)
             write()
     write()

@@ -173,3 +173,55 @@ def test_truncated_adaptive_model_answers_through_its_own_head(tiny_model):
             expected = head.logits(pooled).softmax(-1)
             got = EarlyExitClassifier(model, "none", batch_size=2).predict_truncated(texts, depth)
             torch.testing.assert_close(torch.from_numpy(got.probabilities), expected, atol=1e-5, rtol=1e-4)
+
+
+def _stage1(recipe: dict, test: float, batch_order: str | None = None, round_: int = 0) -> dict:
+    record = {"dataset": "emotion", "part": "stage1", "test_accuracy": test, "dev_accuracy": test + 1.0,
+              "recipe": {**recipe, "output_dir": f"work/emotion-{round_}/stage-1", "data_dir": None}}
+    if batch_order is not None:
+        record["batch_order"] = batch_order
+    return {**record, "round": round_} if round_ else record
+
+
+def test_a_changed_recipe_or_batch_order_starts_a_new_round_whose_results_replace_the_old_once_complete(bench, tmp_path):
+    from contrastive_bert.benchmarking import RunLog
+
+    recipe = {"loss": "acl", "learning_rate": 2e-4, "epochs": 3.0, "seed": 42}
+    log = RunLog(tmp_path / "runs.jsonl")
+    # round 0: logged before records named their batch order (so: group_by_label)
+    log.append(bench.part_key("emotion", "stage1"), _stage1(recipe, 86.25))
+    for seed in (0, 1):
+        log.append(bench.part_key("emotion", "stage2", seed=seed),
+                   {**_stage2(seed, ("margin", 0.1), 90.0, 86.25, 2.0, 2.4, {2: 90.0, 6: 86.25}), "dataset": "emotion"})
+    # the same recipe and order (the output folder does not count): round 0; a new order or learning rate: round 1
+    assert bench.recipe_round(log, "emotion", bench.trained_setting({**recipe, "output_dir": "elsewhere"}, "group_by_label")) == 0
+    now = bench.trained_setting(recipe, "class_mixed_batches")
+    assert bench.recipe_round(log, "emotion", now) == 1
+    assert bench.recipe_round(log, "emotion", bench.trained_setting({**recipe, "learning_rate": 5e-5}, "group_by_label")) == 1
+    assert bench.recipe_round(log, "banking77", now) == 0  # no runs yet: the first round
+    assert bench.part_key("emotion", "stage2", 1, seed=0) == {"dataset": "emotion", "part": "stage2", "seed": 0, "round": 1}
+    assert bench.part_key("emotion", "stage1", 0) == {"dataset": "emotion", "part": "stage1"}  # round 0 keys as logged
+    setup = {"seeds": [0, 1], "no_adaptive": True}
+    # round 1 has its stage 1 but not its seeds: round 0 still shown, flagged, and the data set pending
+    log.append(bench.part_key("emotion", "stage1", 1), _stage1(recipe, 92.75, "class_mixed_batches", 1))
+    assert bench.recipe_round(log, "emotion", now) == 1
+    result = bench.assemble(log, None, None, setup, {"emotion": 1})
+    block = result["datasets"]["emotion"]
+    assert block["round"] == 0 and block["stage1"]["test_accuracy"] == 86.25 and block["stage1_batch_order"] == "group_by_label"
+    assert "round 1" in block["superseded"] and "emotion" in result["pending"]
+    # every seed of round 1 in: round 1 shown, its own stage 2 only (loss 92.75 - 92.0 = 0.75 and 0.25 -> mean 0.5)
+    for seed, accuracy in ((0, 92.0), (1, 92.5)):
+        log.append(bench.part_key("emotion", "stage2", 1, seed),
+                   {**_stage2(seed, ("margin", 0.1), accuracy, 92.75, 2.5, 2.0, {2: 91.0, 6: 92.75}), "dataset": "emotion", "round": 1})
+    result = bench.assemble(log, None, None, setup, {"emotion": 1})
+    block = result["datasets"]["emotion"]
+    assert block["round"] == 1 and block["stage1"]["test_accuracy"] == 92.75 and "superseded" not in block
+    assert block["early_exit"]["test"]["accuracy_loss"]["mean"] == pytest.approx(0.5)
+    assert block["stage1_batch_order"] == "class_mixed_batches"
+    # a round with nothing run and no earlier round: no block
+    assert "banking77" not in result["datasets"]
+
+
+def test_the_batch_order_of_a_loss_is_the_one_the_training_loop_gives_it(bench):
+    assert bench.batch_order_of("acl") == "class_mixed_batches" and bench.batch_order_of("cross_layer") == "class_mixed_batches"
+    assert bench.batch_order_of("mnrl") == "no_duplicates"
