@@ -37,7 +37,8 @@ def test_the_probe_columns_show_only_where_runs_scored_a_probe():
 
 def test_the_verdict_table_names_the_full_data_regime():
     text = render_readme.table_acl_verdict(_results())
-    assert "| emotion | all of train (16,000 rows) | not run yet |" in text
+    assert "| emotion | all of train (16,000 rows) | running |" in text  # its CE has a run
+    assert "| emotion | a 3,000-row sample of train | running |" in text
 
 
 def _sentence_results(block: dict, verdict: dict) -> Results:
@@ -86,3 +87,25 @@ def test_the_full_data_sentence_states_the_verdict_once_the_picked_rows_have_eve
     lost = {**diff, "mean": -1.0, "values": [-1.0] * 3, "seeds_won": 0}
     text = render_readme.table_emotion_full_data(_sentence_results(block, {**verdict, "best_acl_vs_ce": lost}))
     assert ": at full data CE is better;" in text
+
+
+def test_the_verdict_table_says_running_once_a_trained_method_has_a_run_even_if_only_others_are_pending():
+    # the encoded method has both dev runs (its seeds wait on the pick, so it is not pending); the others not run
+    block = {"logreg": _entry(68.8), "acl_embed_encoded": _entry(92.75)}
+    verdict = {"pending": {"ce": "not run", "supcon": "not run", "acl_embed": "not run"}, "methods_complete": []}
+    text = render_readme.table_acl_verdict(_sentence_results(block, verdict))
+    assert "| emotion | all of train (16,000 rows) | running |" in text
+    text = render_readme.table_acl_verdict(_sentence_results({"logreg": _entry(68.8)}, verdict))
+    assert "| emotion | all of train (16,000 rows) | not run yet |" in text  # an untrained baseline is no start
+
+
+def test_the_early_exit_notes_name_a_superseded_round_and_vanish_without_one():
+    results = Results(ROOT / "nowhere")
+    results["early_exit"] = {"datasets": {"banking77": {"superseded": "round 0; round 1 replaces it", "stage1_batch_order": "group_by_label"},
+                                          "emotion": {}}}
+    assert render_readme.table_early_exit_round(results, "banking77") == (
+        " (stage 1 trained in sentence-transformers' group_by_label batch order, before the recipe as it is now; the re-measure is queued)")
+    assert render_readme.table_early_exit_round(results, "emotion") == ""
+    assert render_readme.table_early_exit_rounds(results).startswith(" The Banking77 figures below come from stage-1 models")
+    results["early_exit"]["datasets"]["banking77"] = {}
+    assert render_readme.table_early_exit_rounds(results) == ""
