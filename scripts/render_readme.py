@@ -197,15 +197,14 @@ def table_emotion_full_data(results: Results) -> str:
                 "re-measured at full data")
     picks = verdict.get("picked_for_seeds") or []
     complete = set(verdict.get("methods_complete") or [])
-    if len(picks) == 2 and set(picks) <= complete:
-        baseline, ours = picks
-        diff = verdict.get(f"best_acl_vs_{baseline}") if verdict.get("best_acl") == ours else None
-        if diff is None:
-            return ""
+    baseline, ours = picks if len(picks) == 2 else (None, None)
+    diff = verdict.get(f"best_acl_vs_{baseline}") if set(picks) <= complete and verdict.get("best_acl") == ours else None
+    if picks and diff:
         if diff["clear"]:
-            said = "label names help at full data too" if diff["mean"] > 0 else f"at full data {FULL_DATA_SHORT[baseline]} is better"
+            said = (f"{FULL_DATA_SHORT[ours]} beats {FULL_DATA_SHORT[baseline]} at full data too" if diff["mean"] > 0
+                    else f"at full data {FULL_DATA_SHORT[baseline]} is better")
         else:
-            said = "at full data the names' gain is within the seed noise"
+            said = "at full data the difference is within the seed noise"
         general = [lookup(data, f"settings.emotion/full16k.{m}.general.stsb", strict=False) for m in (baseline, ours)]
         cost = (f"; STS-B after training {mean_of(general[0]):.1f} → {mean_of(general[1]):.1f}"
                 if all(g is not None for g in general) else "")
