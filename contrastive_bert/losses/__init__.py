@@ -18,6 +18,7 @@ _EXPORTS = {
     "build_queue_cosent_loss": "queue_cosent",
     "queue_infonce_loss": "infonce_math",
     "ACLEmbedLoss": "acl_embed",
+    "ClassMixedBatchSampler": "acl_embed",
     "label_anchored_supcon": "supcon",
     "CrossLayerLoss": "cross_layer",
     "adaptive_layer_baseline": "cross_layer",

@@ -293,7 +293,8 @@ class ACLEmbedLoss(nn.Module):
             self.single_class_batches += 1
             warnings.warn(
                 "ACLEmbedLoss: a training batch has a single class, so the contrastive term has no negatives "
-                "among samples; use batch_sampler=ClassMixedBatchSampler (see contrastive_bert.training.acl)",
+                "among samples; train with SentenceTransformerTrainingArguments(batch_sampler=ClassMixedBatchSampler) "
+                "(contrastive_bert.losses), as the acl loss of a recipe does",
                 UserWarning,
                 stacklevel=2,
             )

@@ -30,13 +30,14 @@ def _labels(dataset, batches):
     return [[dataset["label"][i] for i in batch] for batch in batches]
 
 
-def _trainer_batches(tiny_model, tmp_path, dataset, epoch: int = 0) -> list[list[int]]:
-    """One epoch of the batches the sentence-transformers trainer draws for the registry's ``acl`` loss."""
+def _trainer_batches(tiny_model, tmp_path, dataset, epoch: int = 0, sampler=None) -> list[list[int]]:
+    """One epoch of the batches the sentence-transformers trainer draws for the registry's ``acl`` loss
+    (``sampler``: another ``batch_sampler`` argument, e.g. the class as the README passes it)."""
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
 
     from contrastive_bert.training.losses_registry import get_loss_entry
 
-    args = SentenceTransformerTrainingArguments(output_dir=str(tmp_path), batch_sampler=get_loss_entry("acl").batch_sampler,
+    args = SentenceTransformerTrainingArguments(output_dir=str(tmp_path), batch_sampler=sampler or get_loss_entry("acl").batch_sampler,
                                                 per_device_train_batch_size=BATCH, report_to="none")
     trainer = SentenceTransformerTrainer(model=tiny_model, args=args, train_dataset=dataset,
                                          loss=ACLEmbedLoss(tiny_model, ["a", "b", "c", "d"]))
@@ -122,3 +123,13 @@ def test_bad_arguments():
         ClassMixedBatchSampler(_dataset({0: 10, 1: 1}), batch_size=4, drop_last=True, valid_label_columns=["label"])
     with pytest.raises(ValueError, match="none of the label columns"):
         ClassMixedBatchSampler(_dataset(), batch_size=4, drop_last=True, valid_label_columns=["score"])
+
+
+def test_the_class_passed_as_the_readme_shows_draws_the_registrys_batches(tiny_model, tmp_path):
+    """``SentenceTransformerTrainingArguments(batch_sampler=ClassMixedBatchSampler)`` in a user's own trainer
+    gives the batches the package's ``acl`` loss trains on."""
+    from contrastive_bert.losses import ClassMixedBatchSampler as exported
+
+    dataset = _dataset()
+    assert exported is ClassMixedBatchSampler
+    assert _trainer_batches(tiny_model, tmp_path, dataset, sampler=exported) == _trainer_batches(tiny_model, tmp_path, dataset)
