@@ -160,21 +160,26 @@ def table_early_exit_round(results: Results, dataset: str) -> str:
     block = (results["early_exit"].get("datasets") or {}).get(dataset) or {}
     if not block.get("superseded"):
         return ""
-    order = {"group_by_label": "sentence-transformers' group_by_label batch order"}.get(block.get("stage1_batch_order"),
-                                                                                         "an earlier recipe")
-    return f" (stage 1 trained in {order}, before the recipe as it is now; the re-measure is queued)"
+    return f" (stage 1 trained in {_superseded_order(block)}, before the recipe as it is now; the re-measure is queued)"
+
+
+def _superseded_order(block: Mapping) -> str:
+    """What a superseded early-exit block's stage 1 trained in: the old batch order, or an earlier recipe."""
+    return ("sentence-transformers' group_by_label batch order" if block.get("stage1_batch_order") == "group_by_label"
+            else "an earlier recipe")
 
 
 def table_early_exit_rounds(results: Results) -> str:
     """A sentence naming the data sets whose early-exit results come from a superseded round, or nothing."""
     blocks = results["early_exit"].get("datasets") or {}
-    old = [name for name, block in blocks.items() if block.get("superseded")]
+    old = {name: _superseded_order(block) for name, block in blocks.items() if block.get("superseded")}
     if not old:
         return ""
-    names = " and ".join({"banking77": "Banking77"}.get(n, n) for n in old)
-    return (f" The {names} figures below come from stage-1 models trained in sentence-transformers' group_by_label batch "
-            "order, before the `acl` loss drew class-mixed batches (*Batch order* in the ACL section); their re-measure "
-            "from the recipes as they are now is queued (`early_exit.json`: `superseded`).")
+    names = " and ".join(ACL_DATASETS.get(n, n) for n in old)
+    orders = " or ".join(dict.fromkeys(old.values()))
+    return (f" The {names} figures below come from stage-1 models trained in {orders}, before the recipes as they are "
+            "now (the `acl` loss draws class-mixed batches: *Batch order* in the ACL section); their re-measure is queued "
+            "(`early_exit.json`: `superseded`).")
 
 
 FULL_DATA_METHODS = ("acl_embed_encoded", "ce", "supcon", "acl_embed")  # the order the full-data sentence names them in

@@ -171,7 +171,8 @@ def accumulation_hint(loss: str, gradient_accumulation_steps: int, loss_options:
 # not an alias, so every loss keeps one name in recipes and results.
 FIELD_NAMES = {
     "multiplenegativesranking": "mnrl", "infonce": "mnrl (in-batch InfoNCE) or queue_infonce (with a queue)",
-    "simcse": "mnrl on (text, text) pairs", "triplet": "mnrl on (anchor, positive, negative) rows", "cachedmultiplenegativesranking": "cached_mnrl", "gradcache": "cached_mnrl",
+    "simcse": "mnrl on (text, text) pairs", "triplet": "mnrl on (anchor, positive, negative) rows",
+    "cachedmultiplenegativesranking": "cached_mnrl", "gradcache": "cached_mnrl",
     "gistembed": "gist", "cachedgistembed": "cached_gist",
     "moco": "queue_infonce (loss_options: momentum for a momentum encoder)", "queue": "queue_infonce or queue_cosent",
     "contaccum": "queue_infonce (loss_options: dual_bank)",
