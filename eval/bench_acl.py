@@ -520,6 +520,9 @@ def build_summary(log: list[dict], args) -> tuple[dict, dict]:
     for setting, comparison in summary["comparisons"].items():
         if setting.endswith("/full16k"):  # the rows the dev scores pick for seeds 1-2 (None until every choice is made)
             comparison["picked_for_seeds"] = grid("full16k").selected(runs, setting.split("/")[0])
+            if comparison["picked_for_seeds"] is None and not comparison["pending"]:  # every dev run in: the twin holds the pick
+                comparison["pending"] = {ORDER_DIAGNOSTIC: "not run (the pick of the rows for seeds 1-2 waits on it)"}
+                comparison["pending_why"] = PENDING_WHY
             comparison["batch_order_effect"] = batch_order_effect(runs, setting.split("/")[0])
     cost = [r for r in log if r["regime"] == "cost"]
     protocol = {

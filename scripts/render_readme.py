@@ -257,6 +257,8 @@ def standings_table(results: Results) -> str:
                   "this package", "difference", "file"], rows)
 
 
+# full16k's one-seed diagnostic: named where the verdict waits on it
+ACL_TWIN_LABELS = {"acl_embed_encoded_group_by_label": "the old-order twin (encoded names, group_by_label batches)"}
 ACL_BLOCKS = [("banking77", "full"), ("banking77", "10-shot"), ("emotion", "full16k"), ("emotion", "full"), ("emotion", "10-shot"),
               ("sst2", "full")]
 
@@ -268,7 +270,7 @@ def table_acl_verdict(results: Results) -> str:
     # a block has started once any trained method has a run (one whose seeds wait on a pick is not pending)
     trained = {(d, r): any(m != "logreg" for m in settings.get(f"{d}/{r}") or {}) for d, r in ACL_BLOCKS}
     entries = {(d, r): {**(verdicts.get(f"{d}/{r}") or {}), "_started": trained[d, r]} for d, r in ACL_BLOCKS}
-    name = lambda m: ACL_LABELS.get(m, m)  # noqa: E731
+    name = lambda m: ACL_LABELS.get(m) or ACL_TWIN_LABELS.get(m, m)  # noqa: E731
     started = lambda v: "best" in v or v["_started"] or any(what != "not run" for what in v.get("pending", {}).values())  # noqa: E731
     decided = lambda text: lambda v: text(v) if "best" in v else ""  # noqa: E731
 
