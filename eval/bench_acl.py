@@ -645,7 +645,8 @@ def _cost_summary(cost: list[dict]) -> dict:
 
 
 def plot_angles(log: list[dict], path: Path) -> None:
-    """Histograms of the CE-vs-contrastive gradient angle per method (exact and cheap estimate)."""
+    """Histograms of the CE-vs-contrastive gradient angle per method (exact and cheap estimate), one series per
+    data set (emotion on all of train apart from its sample)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -654,8 +655,11 @@ def plot_angles(log: list[dict], path: Path) -> None:
     methods = ("supcon", "acl_embed", "acl_embed_grad")
     fig, axes = plt.subplots(1, len(methods), figsize=(15, 4), sharey=False)
     for method, ax in zip(methods, axes):
-        for dataset in DATASETS:
-            runs = [r for r in log if r["method"] == method and r["dataset"] == dataset and r["regime"] != "cost"]
+        # emotion on all 16,000 rows is its own series (the sample's and 10-shot runs share one per data set)
+        series = [(d, lambda r, d=d: r["dataset"] == d and r["regime"] not in ("cost", "full16k")) for d in DATASETS]
+        series.append(("emotion, all 16,000 rows", lambda r: r["dataset"] == "emotion" and r["regime"] == "full16k"))
+        for dataset, chosen in series:
+            runs = [r for r in log if r["method"] == method and chosen(r)]
             exact = [a for r in runs for a in r.get("exact_angles", [])]
             cheap = [a for r in runs for a in r.get("angles", [])]
             if exact:
