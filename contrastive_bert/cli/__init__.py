@@ -8,8 +8,11 @@ tested without a subprocess. Shared flags come from :mod:`contrastive_bert.cli.a
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
+from collections.abc import Sequence
 
 from contrastive_bert.cli.arguments import add_verbosity_arguments
 from contrastive_bert.logging_setup import LOG_LEVELS, configure_logging  # noqa: F401 (re-exported)
@@ -22,7 +25,25 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors as one line (``prog: error: ...``) like every other error, not the usage text."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        hint = _command_hint(message, getattr(self, "command_names", ()))
+        self.exit(2, f"{self.prog}: error: {message}{hint} (see {self.prog} --help)\n")
+
+
+# what users of sentence-transformers / mteb type for a subcommand that has another name here
+COMMAND_ALIASES = {"evaluate": "eval", "evaluation": "eval", "run": "eval", "mteb": "eval", "fit": "train",
+                   "early_exit": "early-exit", "earlyexit": "early-exit", "exit": "early-exit", "predict": "classify",
+                   "zero-shot": "classify", "retrieve": "search", "index": "search", "hard-negatives": "mine",
+                   "mine-hard-negatives": "mine"}
+
+
+def _command_hint(message: str, commands: Sequence[str]) -> str:
+    """'. Did you mean 'eval'?' for an unknown subcommand close to (or commonly named for) one of ``commands``."""
+    match = re.match(r"argument COMMAND: invalid choice: '?([^' ]*)'?", message)
+    if not match or not commands:
+        return ""
+    typed = match.group(1).lower()
+    guess = COMMAND_ALIASES.get(typed) or next(iter(difflib.get_close_matches(typed, commands, n=1, cutoff=0.6)), None)
+    return f". Did you mean '{guess}'?" if guess in commands else ""
 
 
 def build_cli() -> argparse.ArgumentParser:
@@ -36,6 +57,7 @@ def build_cli() -> argparse.ArgumentParser:
         subparser = importlib.import_module(f"contrastive_bert.cli.{name}").add_parser(subparsers)
         if subparser is not None and not any("--verbose" in action.option_strings for action in subparser._actions):
             add_verbosity_arguments(subparser)
+    parser.command_names = tuple(subparsers.choices)  # for the "did you mean" of an unknown command
     return parser
 
 

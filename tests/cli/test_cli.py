@@ -86,6 +86,22 @@ def test_parse_train_flags():
     assert recipe.seed == 42 and recipe.resume is False
 
 
+@pytest.mark.parametrize(("typed", "meant"), [("evaluate", "eval"), ("trian", "train"), ("early_exit", "early-exit"),
+                                              ("predict", "classify")])
+def test_an_unknown_command_names_the_one_meant(capsys, typed, meant):
+    with pytest.raises(SystemExit) as exit_info:
+        main([typed])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("contrastive-bert: error: argument COMMAND: invalid choice")
+    assert f"Did you mean '{meant}'?" in err
+
+
+def test_an_unrelated_command_gets_no_guess(capsys):
+    with pytest.raises(SystemExit):
+        main(["frobnicate"])
+    assert "Did you mean" not in capsys.readouterr().err
+
+
 def test_parse_bad_flag_type(capsys):
     with pytest.raises(SystemExit) as exit_info:
         build_cli().parse_args(["train", "--batch-size", "many"])
