@@ -46,9 +46,21 @@ def _register_builtin() -> None:
             register_dataset(importlib.import_module(f"{sets.__name__}.{module.name}").DATASET)
 
 
+def known_as(name: str) -> list[str]:
+    """The registered data sets that mteb (its task names) or the Hugging Face hub (its data set id) call
+    ``name``, case-insensitive: ``"STSBenchmark"`` -> ``["stsb"]``, ``"nyu-mll/glue"`` -> ``["mrpc", "sst2"]``."""
+    wanted = name.lower()
+    return [spec.name for spec in REGISTRY.values()
+            if any(other is not None and other.lower() == wanted
+                   for other in (spec.hub_id, *((spec.mteb.task_name, spec.mteb.stock_task) if spec.mteb is not None else ())))]
+
+
 def _unknown(name: object) -> ValueError:
-    close = difflib.get_close_matches(str(name), REGISTRY, n=3, cutoff=0.5)  # 0.4 offered answer_selection for "nonsense"
-    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    if same := known_as(str(name)):
+        hint = f" {str(name)!r} is what mteb or the hub call {' or '.join(repr(n) for n in same)} here: use that name."
+    else:
+        close = difflib.get_close_matches(str(name), REGISTRY, n=3, cutoff=0.5)  # 0.4 offered answer_selection for "nonsense"
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return ValueError(
         f"dataset: unknown data set {name!r}; known: {', '.join(sorted(REGISTRY))}.{hint} "
         f"(a data file {'/'.join(sorted(FILE_FORMATS))} or a BEIR folder is accepted too)"

@@ -22,6 +22,7 @@ from contrastive_bert.data import (
     resolve_data_dir,
     validate_split,
 )
+from contrastive_bert.data.registry import resolve_dataset_argument
 from contrastive_bert.data.schemas import build_split
 
 # Row counts exactly as in shared/data/README.md.
@@ -428,3 +429,11 @@ def test_positive_pairs_errors():
     with pytest.raises(ValueError, match="expected a pairs, triplets, pair-score, pair-binary or reranking split"):
         positive_pairs(texts)
     assert positive_pairs(ds, min_score=0.3)[0] == {"anchor": "a", "positive": "b"}
+
+
+@pytest.mark.parametrize(("typed", "ours"), [("STSBenchmark", "'stsb'"), ("Banking77Classification", "'banking77'"),
+                                             ("mteb/scifact", "'scifact'"), ("nyu-mll/glue", "'mrpc' or 'sst2'")])
+def test_an_mteb_or_hub_name_gets_the_name_used_here(typed, ours):
+    """A user coming from mteb or the hub types its name for a data set: the error names ours."""
+    with pytest.raises(ValueError, match=re.escape(f"{typed!r} is what mteb or the hub call {ours} here")):
+        resolve_dataset_argument(typed)
