@@ -117,3 +117,13 @@ def test_the_early_exit_notes_name_a_superseded_round_and_vanish_without_one():
     assert render_readme.table_early_exit_rounds(results).startswith(" The Banking77 figures below come from stage-1 models")
     results["early_exit"]["datasets"]["banking77"] = {}
     assert render_readme.table_early_exit_rounds(results) == ""
+
+
+def test_the_verdict_table_says_why_full16k_has_no_supcon_difference():
+    """Seeds 1-2 went to CE and ACL-Embed: SupCon has seed 0 alone, so no paired difference to show."""
+    block = {"ce": _entry(92.9, 92.8, 92.4), "acl_embed": _entry(92.5, 92.4, 92.6), "supcon": _entry(92.6)}
+    verdict = {"methods_complete": ["acl_embed", "ce"], "pending": {}, "best": "ce",
+               "best_test_accuracy": block["ce"]["test"]["accuracy"], "best_on_dev": "acl_embed", "best_acl": "acl_embed"}
+    text = render_readme.table_acl_verdict(_sentence_results(block, verdict))
+    row = next(line for line in text.splitlines() if "| all of train (16,000 rows) |" in line)
+    assert "(dev picks ACL-Embed) | (is CE) | (SupCon not picked for seeds 1-2) | (SupCon not picked for seeds 1-2) |" in row
