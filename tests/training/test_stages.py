@@ -24,11 +24,13 @@ def tiny6_path(tmp_path_factory):
     return str(root / "st")
 
 
-def _short_recipe(tmp_path: Path, steps: int = 2, save_steps: int = 100, recipe: Path = RECIPE) -> Path:
-    """A bundled multi-exit recipe with a few steps per stage."""
+def _short_recipe(tmp_path: Path, steps: int = 2, save_steps: int = 100, recipe: Path = RECIPE,
+                  stage1_loss_options: dict | None = None) -> Path:
+    """A bundled multi-exit recipe with a few steps per stage (stage 1's loss options updated by ``stage1_loss_options``)."""
     values = yaml.safe_load(recipe.read_text())
     for stage in values["stages"]:
         stage["max_steps"] = steps
+    values["stages"][0]["loss_options"].update(stage1_loss_options or {})
     values["save_steps"] = save_steps
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(values))
@@ -168,8 +170,9 @@ def test_bundled_multi_exit_recipes_pass_every_check(tmp_path):
 
 
 def test_emotion_recipe_carries_encoded_label_names_into_the_exits(tiny6_path, tmp_path, shared_data, monkeypatch):
-    """The emotion recipe's stage 1 (ACL-Embed, encoded label names) hands its head to stage 2: the
-    final model's classifier rows are the encoder's embeddings of the six names, and every exit scores."""
+    """The emotion recipe with stage 1 on encoded label names (its choice before the full-data grid; it now
+    trains free vectors) hands its head to stage 2: the final model's classifier rows are the encoder's
+    embeddings of the six names, and every exit scores."""
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -179,7 +182,8 @@ def test_emotion_recipe_carries_encoded_label_names_into_the_exits(tiny6_path, t
 
     monkeypatch.setenv("CONTRASTIVE_BERT_DATA", str(shared_data))
     out = tmp_path / "run"
-    recipe = _short_recipe(tmp_path, recipe=RECIPE.parent / "emotion_multi_exit.yaml")
+    recipe = _short_recipe(tmp_path, recipe=RECIPE.parent / "emotion_multi_exit.yaml",
+                           stage1_loss_options={"label_embedding": "encoded", "label_template": "{}"})
     assert main([*_train_args(recipe, tiny6_path, out), "--max-eval-samples", "200"]) == 0
     results = json.loads((out / "results.json").read_text())
     assert results["stages"][0]["recipe"]["loss_options"]["label_embedding"] == "encoded"
@@ -200,3 +204,24 @@ def test_offline_data_is_an_error_before_anything_is_written(tiny6_path, tmp_pat
     with pytest.raises(ValueError, match=r"^stages\[0\]\.dataset 'banking77': no local data root given"):
         train(_staged(tiny6_path, tmp_path, [ACL, {"loss": "cross_layer"}]))
     assert not (tmp_path / "never").exists()
+
+
+def test_emotion_recipe_as_shipped_trains_free_label_vectors_and_every_exit(tiny6_path, tmp_path, shared_data, monkeypatch):
+    """The shipped emotion recipe (the full-data dev choice: free label vectors) gives stage 1 a learned
+    label head, not the encoded names', and stage 2 exits on layers 2-5 that all score."""
+    from sentence_transformers import SentenceTransformer
+
+    from contrastive_bert.cli import main
+    from contrastive_bert.heads.encoded_label import EncodedLabelClassifier
+    from contrastive_bert.heads.label_embedding import find_label_head
+
+    monkeypatch.setenv("CONTRASTIVE_BERT_DATA", str(shared_data))
+    out = tmp_path / "run"
+    recipe = _short_recipe(tmp_path, recipe=RECIPE.parent / "emotion_multi_exit.yaml")
+    assert main([*_train_args(recipe, tiny6_path, out), "--max-eval-samples", "200"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["stages"][0]["recipe"]["loss_options"]["label_embedding"] == "free"
+    assert set(results["multi_exit"]["exit_accuracy"]) == {"2", "3", "4", "5", "6"}
+    head = find_label_head(SentenceTransformer(str(out / "stage-1" / "final"), device="cpu", trust_remote_code=True))
+    assert head is not None and not isinstance(head, EncodedLabelClassifier)
+    assert head.weight.shape[0] == 6
