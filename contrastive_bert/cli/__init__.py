@@ -28,6 +28,15 @@ class _Parser(argparse.ArgumentParser):
         hint = _command_hint(message, getattr(self, "command_names", ()))
         self.exit(2, f"{self.prog}: error: {message}{hint} (see {self.prog} --help)\n")
 
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but a flag the subcommand does not know is reported by that subcommand (its
+        name and help, not the top level's) with the flag it has that was probably meant."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            owner = getattr(self, "command_parsers", {}).get(getattr(parsed, "command", None), self)
+            owner.error(f"unrecognized arguments: {' '.join(extras)}{_flag_hint(extras, owner)}")
+        return parsed
+
 
 # what users of sentence-transformers / mteb type for a subcommand that has another name here
 COMMAND_ALIASES = {"evaluate": "eval", "evaluation": "eval", "run": "eval", "mteb": "eval", "fit": "train",
@@ -46,6 +55,31 @@ def _command_hint(message: str, commands: Sequence[str]) -> str:
     return f". Did you mean '{guess}'?" if guess in commands else ""
 
 
+# what users of the Hugging Face Trainer and sentence-transformers type for a flag that has another name here
+FLAG_ALIASES = {"--lr": "--learning-rate", "--num-train-epochs": "--epochs", "--num-epochs": "--epochs",
+                "--per-device-train-batch-size": "--batch-size", "--train-batch-size": "--batch-size",
+                "--bs": "--batch-size", "--model-name": "--model", "--model-name-or-path": "--model",
+                "--data": "--datasets", "--task": "--tasks", "--k": "--top-k", "--topk": "--top-k",
+                "--queries": "--input", "--out": "--output", "--output-path": "--output",
+                "--warmup": "--warmup-ratio", "--fp16": "--mixed-precision", "--bf16": "--mixed-precision"}
+
+
+def _flag_hint(extras: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """'. Did you mean '--learning-rate'?' for the first unknown flag in ``extras`` that is close to, spelled
+    with underscores for, or commonly named for one of ``parser``'s flags."""
+    known = [option for action in parser._actions for option in action.option_strings if option.startswith("--")]
+    for extra in extras:
+        if not extra.startswith("--"):
+            continue
+        typed = extra.split("=", 1)[0].lower().replace("_", "-")
+        guess = typed if typed in known else FLAG_ALIASES.get(typed)
+        if guess not in known:
+            guess = next(iter(difflib.get_close_matches(typed, known, n=1, cutoff=0.75)), None)
+        if guess is not None:
+            return f". Did you mean '{guess}'?"
+    return ""
+
+
 def build_cli() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="contrastive-bert",
@@ -58,6 +92,7 @@ def build_cli() -> argparse.ArgumentParser:
         if subparser is not None and not any("--verbose" in action.option_strings for action in subparser._actions):
             add_verbosity_arguments(subparser)
     parser.command_names = tuple(subparsers.choices)  # for the "did you mean" of an unknown command
+    parser.command_parsers = dict(subparsers.choices)  # for the "did you mean" of an unknown flag
     return parser
 
 

@@ -55,11 +55,17 @@ def known_as(name: str) -> list[str]:
                    for other in (spec.hub_id, *((spec.mteb.task_name, spec.mteb.stock_task) if spec.mteb is not None else ())))]
 
 
+def _letters_and_digits(name: str) -> str:
+    return "".join(character for character in name.lower() if character.isalnum())
+
+
 def _unknown(name: object) -> ValueError:
     if same := known_as(str(name)):
         hint = f" {str(name)!r} is what mteb or the hub call {' or '.join(repr(n) for n in same)} here: use that name."
     else:
-        close = difflib.get_close_matches(str(name), REGISTRY, n=3, cutoff=0.5)  # 0.4 offered answer_selection for "nonsense"
+        # spelled another way ('STS-B', 'SST_2', 'Banking-77'): the same letters and digits, any case
+        close = [known for known in REGISTRY if _letters_and_digits(known) == _letters_and_digits(str(name))]
+        close = close or difflib.get_close_matches(str(name), REGISTRY, n=3, cutoff=0.5)  # 0.4 offered answer_selection for "nonsense"
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return ValueError(
         f"dataset: unknown data set {name!r}; known: {', '.join(sorted(REGISTRY))}.{hint} "

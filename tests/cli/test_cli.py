@@ -102,6 +102,32 @@ def test_an_unrelated_command_gets_no_guess(capsys):
     assert "Did you mean" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("argv", "meant"), [
+    (["train", "--lr", "1e-5"], "--learning-rate"),  # the Trainer's name
+    (["train", "--max_steps", "5"], "--max-steps"),  # underscores, as in TrainingArguments
+    (["train", "--num_train_epochs=2"], "--epochs"),
+    (["eval", "--bs", "4"], "--batch-size"),
+    (["search", "--corpus", "scifact", "--top-n", "3"], "--top-k"),  # a near miss
+])
+def test_an_unknown_flag_is_reported_by_its_subcommand_with_the_flag_meant(capsys, argv, meant):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"contrastive-bert {argv[0]}: error: unrecognized arguments: {' '.join(argv[-2 if '=' not in argv[-1] else -1:])}")
+    assert err.endswith(f". Did you mean '{meant}'? (see contrastive-bert {argv[0]} --help)\n")
+
+
+def test_an_unrelated_flag_gets_no_guess_and_a_flag_of_another_subcommand_is_not_offered(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--frobnicate"])
+    assert capsys.readouterr().err == ("contrastive-bert train: error: unrecognized arguments: --frobnicate "
+                                       "(see contrastive-bert train --help)\n")
+    with pytest.raises(SystemExit):
+        main(["eval", "--top-k", "3"])  # search's flag, not eval's
+    assert "Did you mean" not in capsys.readouterr().err
+
+
 def test_parse_bad_flag_type(capsys):
     with pytest.raises(SystemExit) as exit_info:
         build_cli().parse_args(["train", "--batch-size", "many"])

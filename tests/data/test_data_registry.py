@@ -288,6 +288,13 @@ def test_unknown_name_suggests_closest():
         get_spec("zzzzqqq")
 
 
+@pytest.mark.parametrize(("typed", "meant"), [("STS-B", "stsb"), ("SST-2", "sst2"), ("Banking-77", "banking77"),
+                                              ("Emotion", "emotion"), ("answer-selection", "answer_selection")])
+def test_a_name_spelled_with_other_case_or_dashes_gets_the_one_meant(typed, meant):
+    with pytest.raises(ValueError, match=rf"unknown data set '{typed}'.*Did you mean '{meant}'\?"):
+        get_spec(typed)
+
+
 def test_bad_data_dir(tmp_path):
     with pytest.raises(ValueError, match="data_dir: .* is not a directory"):
         load_dataset("stsb", data_dir=tmp_path / "nope")
