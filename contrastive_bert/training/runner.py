@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -137,6 +138,24 @@ def loss_callbacks(loss, resume_from_checkpoint: str | None = None) -> list:
     return callbacks
 
 
+def planned_steps(trainer) -> int:
+    """The optimizer steps ``trainer.train()`` runs to, as transformers counts them: ``max_steps`` when set,
+    else the epochs times the optimizer steps an epoch (the last one of an epoch may hold fewer batches)."""
+    args = trainer.args
+    if args.max_steps > 0:
+        return int(args.max_steps)
+    batches = len(trainer.get_train_dataloader())
+    per_epoch = max(math.ceil(batches / args.gradient_accumulation_steps), 1)
+    return math.ceil(args.num_train_epochs * per_epoch)
+
+
+def checkpoint_holds_last_step(trainer, checkpoint: str) -> bool:
+    """Whether ``checkpoint`` was saved at (or after) the run's last optimizer step: a run stopped after it,
+    while being scored or saved, has nothing left to train."""
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text(encoding="utf-8"))
+    return int(state.get("global_step", 0)) >= planned_steps(trainer)
+
+
 def fit(
     model,
     train_dataset,
@@ -168,7 +187,15 @@ def fit(
     trainer = SentenceTransformerTrainer(
         model=model, args=args, train_dataset=train_dataset, loss=loss, evaluator=evaluator, callbacks=callbacks
     )
-    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    if resume_from_checkpoint is not None and checkpoint_holds_last_step(trainer, resume_from_checkpoint):
+        # transformers would train one step more: resuming mid-epoch, it checks the step count only after a step
+        from transformers import TrainerState
+
+        logger.info("resume: %s holds the last step; nothing left to train", resume_from_checkpoint)
+        trainer._load_from_checkpoint(resume_from_checkpoint)
+        trainer.state = TrainerState.load_from_json(str(Path(resume_from_checkpoint) / "trainer_state.json"))
+    else:
+        trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     # Under mixed precision accelerate wraps model.forward in autocast and the trainer leaves it there:
     # restore the plain forward, so what this process encodes next (the after scores) runs in fp32.
     trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -93,6 +94,26 @@ def test_resume_continues_from_last_checkpoint(tmp_path, shared_data, tiny_loade
     losses = [entry["step"] for entry in second.log_history if "loss" in entry]
     assert losses == [1, 2, 3, 4, 5, 6]  # history restored from the checkpoint, then extended
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["checkpoint-4", "checkpoint-6"]  # save_total_limit 2
+
+
+def test_a_run_stopped_after_its_last_checkpoint_resumes_without_training_a_step_more(tmp_path, shared_data, tiny_loader):
+    """Stopped while scoring or saving after its last step (final/ and results.json never written), a run
+    resumes from the checkpoint at its last step and trains nothing (transformers, resuming mid-epoch,
+    would train step max_steps + 1): the final model is that checkpoint's, the step count max_steps."""
+    train(_recipe(tmp_path, shared_data, max_steps=4, save_steps=2))
+    run = tmp_path / "run"
+    shutil.rmtree(run / "final")
+    (run / "results.json").unlink()
+    at_four = SentenceTransformer(str(run / "checkpoints" / "checkpoint-4"), device="cpu").encode(TEXTS)
+
+    recorder = StepRecorder()
+    resumed = train(_recipe(tmp_path, shared_data, max_steps=4, save_steps=2, resume=True), callbacks=[recorder])
+
+    assert recorder.steps == []
+    assert json.loads((run / "results.json").read_text())["global_step"] == 4
+    np.testing.assert_allclose(resumed.model.encode(TEXTS), at_four, atol=1e-6)
+    np.testing.assert_allclose(SentenceTransformer(str(run / "final"), device="cpu").encode(TEXTS), at_four, atol=1e-6)
+    assert [entry["step"] for entry in resumed.log_history if "loss" in entry] == [1, 2, 3, 4]
 
 
 def test_overwrite_replaces_run_but_keeps_user_files(tmp_path, shared_data, tiny_loader):
