@@ -34,7 +34,10 @@ pending or done), ``claim`` (the claim changed since and the run now meets it), 
 not corrected yet: fix the recipe or its claim) or None.
 
 Resumable: each finished recipe is one line of ``eval/results/recipes_runs.jsonl``; ``recipes.json``
-is rebuilt after each. ``--dry-run`` (2 steps, 32 evaluation rows per split) tests the pipeline; its
+is rebuilt after each. A run stopped part-way (the session ended) is continued on restart as a user
+continues one, ``contrastive-bert train --output-dir DIR --resume``, from its last checkpoint: a marker
+``DIR.bench_recipes.json`` beside its folder names its settings and seed until it finishes; the record
+counts the continuations (``resumed``) and its wall seconds and peak memory are then the last part's. ``--dry-run`` (2 steps, 32 evaluation rows per split) tests the pipeline; its
 runs go to a log and summary of their own under ``--work-dir`` and never count as done. ``--list``
 prints the plan, cheapest first, with each recipe's estimated minutes.
 
@@ -324,26 +327,74 @@ def run_outputs(results: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+PENDING_SUFFIX = ".bench_recipes.json"  # beside a started run's folder until it finishes: what --resume continues
+
+
+def pending_marker(output_dir: Path) -> Path:
+    return output_dir.with_name(output_dir.name + PENDING_SUFFIX)
+
+
+def can_resume(output_dir: Path, staged: bool) -> bool:
+    """Whether ``contrastive-bert train --output-dir DIR --resume`` continues the interrupted run in
+    ``output_dir``: a staged run once its recipe is recorded (each stage resumes or restarts itself), a
+    one-stage run from a checkpoint (or from its mined corpus negatives)."""
+    from contrastive_bert.training.output_dir import CHECKPOINTS, RECIPE_FILE, last_checkpoint, resumable_before_checkpoint
+
+    if not (output_dir / RECIPE_FILE).is_file():
+        return False
+    return staged or last_checkpoint(output_dir / CHECKPOINTS) is not None or resumable_before_checkpoint(output_dir)
+
+
+def interrupted_run(work: Path, recipe: Recipe, seed: int) -> Path | None:
+    """The newest folder under ``work`` where a run of ``recipe``'s settings at ``seed`` started and did not
+    finish (its marker is still there) and can be resumed; None when there is none."""
+    for marker in sorted(work.glob(f"{recipe.name}-*{PENDING_SUFFIX}"), reverse=True):
+        try:
+            started = json.loads(marker.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            continue
+        output_dir = marker.with_name(marker.name[: -len(PENDING_SUFFIX)])
+        if (started.get("settings_sha256"), started.get("seed")) == (recipe.settings_sha256, seed) \
+                and not (output_dir / "results.json").is_file() and can_resume(output_dir, "stages" in recipe.settings):
+            return output_dir
+    return None
+
+
 def run_one(recipe: Recipe, args: argparse.Namespace, results: Mapping[str, Any]) -> dict[str, Any]:
-    """Train ``recipe`` with the user's command in a fresh folder under ``--work-dir``; its record."""
+    """Train ``recipe`` with the user's command in a fresh folder under ``--work-dir``, or continue an
+    interrupted run of the same settings and seed there with the user's ``--resume`` (a run of hours
+    survives the end of a session); its record."""
     seed = args.seeds[0]
     work = Path(args.work_dir) / ("dry-run" if args.dry_run else "")
-    output_dir = work / f"{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    suffix = 1
-    while output_dir.exists():  # never into an existing folder
-        output_dir = output_dir.with_name(f"{output_dir.name.split('~')[0]}~{suffix}")
-        suffix += 1
     caps = (args.max_steps, args.eval_rows) if args.dry_run else (None, None)
-    argv = command(recipe, output_dir, seed, *caps)
+    output_dir = interrupted_run(work, recipe, run_seed(recipe, seed))
+    resumed = output_dir is not None
+    if resumed:
+        argv = ["contrastive-bert", "train", "--output-dir", display_path(output_dir), "--resume"]
+    else:
+        output_dir = work / f"{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        suffix = 1
+        while output_dir.exists():  # never into an existing folder
+            output_dir = output_dir.with_name(f"{output_dir.name.split('~')[0]}~{suffix}")
+            suffix += 1
+        argv = command(recipe, output_dir, seed, *caps)
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
     if args.data_dir:
         env["CONTRASTIVE_BERT_DATA"] = str(Path(args.data_dir).resolve())
     executable = str(Path(sys.executable).with_name("contrastive-bert"))
-    logger.info("%s: %s", recipe.name, " ".join(argv))
+    logger.info("%s: %s%s", recipe.name, " ".join(argv), " (an interrupted run, continued)" if resumed else "")
     work.mkdir(parents=True, exist_ok=True)
+    marker = pending_marker(output_dir)
+    started = json.loads(marker.read_text(encoding="utf-8")) if resumed else {
+        "recipe": recipe.name, "settings_sha256": recipe.settings_sha256, "seed": run_seed(recipe, seed),
+        "command": " ".join(argv), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "resumed": 0}
+    if resumed:
+        started["resumed"] = int(started.get("resumed", 0)) + 1
+    marker.write_text(json.dumps(started, indent=1) + "\n", encoding="utf-8")
     status, wall, peak = run_child([executable, *argv[1:]], env, ROOT)
     if status != 0:
         raise RuntimeError(f"{recipe.name}: {' '.join(argv)} exited with status {status} (its folder: {output_dir})")
+    marker.unlink()
     written = json.loads((output_dir / "results.json").read_text(encoding="utf-8"))
     outputs = run_outputs(written)
     if "stages" not in written:  # a staged (multi-exit) run scores its final classifier itself: multi_exit.final_layer_accuracy
@@ -361,7 +412,7 @@ def run_one(recipe: Recipe, args: argparse.Namespace, results: Mapping[str, Any]
     return {
         "recipe": recipe.name, "file": display_path(recipe.path), "recipe_sha256": recipe.file_sha256,
         "settings_sha256": recipe.settings_sha256, "seed": written["recipe"].get("seed"), "seed_added": not recipe.fixes_seed,
-        "command": " ".join(argv), "env": {"OMP_NUM_THREADS": env["OMP_NUM_THREADS"],
+        "command": started["command"], "resumed": started["resumed"], "env": {"OMP_NUM_THREADS": env["OMP_NUM_THREADS"],
                                            "CONTRASTIVE_BERT_DATA": env.get("CONTRASTIVE_BERT_DATA")},
         "output_dir": display_path(output_dir), "train_seconds": written.get("train_seconds"), "wall_seconds": wall,
         "peak_rss_mb": peak, "test_figure": {"metric": metric, "value": measured_value(outputs, metric) if metric else None},
@@ -385,12 +436,13 @@ def run_key(recipe: Recipe, seed: int, dry_run: bool = False) -> str:
 
 def estimated_minutes(recipe: Recipe, records: Sequence[Mapping[str, Any]] = ()) -> float:
     """The wall minutes of the recipe's latest real run (any settings), else :data:`ESTIMATED_MINUTES`."""
-    walls = [r["wall_seconds"] for r in records if r.get("recipe") == recipe.name and not r.get("dry_run") and r.get("wall_seconds")]
+    walls = [r["wall_seconds"] for r in records if r.get("recipe") == recipe.name and not r.get("dry_run")
+             and r.get("wall_seconds") and not r.get("resumed")]  # a resumed run's wall time is its last part's
     return walls[-1] / 60 if walls else float(ESTIMATED_MINUTES.get(recipe.name, DEFAULT_MINUTES))
 
 
 def _run_summary(record: Mapping[str, Any]) -> dict[str, Any]:
-    keep = ("seed", "seed_added", "command", "env", "recipe_sha256", "settings_sha256", "output_dir", "train_seconds",
+    keep = ("seed", "seed_added", "command", "resumed", "env", "recipe_sha256", "settings_sha256", "output_dir", "train_seconds",
             "wall_seconds", "peak_rss_mb", "test_figure", "date", "threads", "dry_run", "max_steps", "max_eval_samples")
     return {key: record.get(key) for key in keep}
 

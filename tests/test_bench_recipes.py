@@ -239,3 +239,80 @@ def test_dry_run_of_the_quickstart_recipe(bench, tmp_path, shared_data, monkeypa
     summary = json.loads((work / "dry-run" / "recipes.json").read_text())
     assert summary["recipes"]["quickstart"]["run"]["seed"] == 42 and summary["not_run"]
     assert (real.stat().st_mtime_ns if real.is_file() else None) == before
+
+
+def _started(bench, work: Path, recipe, seed: int, name: str, files: dict[str, str]) -> Path:
+    """A run folder under ``work`` as an interrupted run leaves it: its marker, and ``files`` (path: text)."""
+    folder = work / name
+    for path, text in files.items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_text(text, encoding="utf-8")
+    bench.pending_marker(folder).write_text(json.dumps({"recipe": recipe.name, "settings_sha256": recipe.settings_sha256,
+                                                        "seed": seed, "command": "x", "resumed": 0}))
+    return folder
+
+
+def test_an_interrupted_run_is_found_only_where_resume_can_continue_it(bench, tmp_path):
+    recipe = _recipe(bench, tmp_path / "recipes", "r", "none (x)")
+    staged = _recipe(bench, tmp_path / "recipes", "s", "none (x)", settings=SETTINGS + "stages: [{loss: mnrl}]\n")
+    work = tmp_path / "work"
+    checkpointed = {"recipe.json": "{}", "checkpoints/checkpoint-50/trainer_state.json": "{}"}
+    assert bench.interrupted_run(work, recipe, 0) is None  # nothing started
+    _started(bench, work, recipe, 0, "r-20260101-000000", {"recipe.json": "{}"})  # stopped before its first checkpoint
+    assert bench.interrupted_run(work, recipe, 0) is None
+    older = _started(bench, work, recipe, 0, "r-20260102-000000", checkpointed)
+    assert bench.interrupted_run(work, recipe, 0) == older
+    newer = _started(bench, work, recipe, 0, "r-20260103-000000", checkpointed)
+    assert bench.interrupted_run(work, recipe, 0) == newer  # the newest
+    (newer / "results.json").write_text("{}")  # finished (its marker left by a crash after the run): not resumed
+    assert bench.interrupted_run(work, recipe, 0) == older
+    assert bench.interrupted_run(work, recipe, 1) is None  # another seed
+    changed = _recipe(bench, tmp_path / "changed", "r", "none (x)", settings=SETTINGS + "epochs: 2\n")
+    assert bench.interrupted_run(work, changed, 0) is None  # other settings
+    assert bench.interrupted_run(work, staged, 0) is None
+    begun = _started(bench, work, staged, 0, "s-20260101-000000", {"recipe.json": "{}"})  # a staged run restarts its stage
+    assert bench.interrupted_run(work, staged, 0) == begun
+
+
+def test_a_run_interrupted_after_a_checkpoint_is_continued_by_the_users_resume(bench, tmp_path, shared_data, monkeypatch):
+    """A tiny recipe through the real command line, stopped after its last checkpoint (the bench process
+    dies, results.json and final/ never written): the next call continues it with ``contrastive-bert train
+    --output-dir DIR --resume`` in the same folder, records it once with ``resumed: 1`` and the first
+    command, and removes the marker."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    folder = _tiny_classifier_recipe(tmp_path, tmp_path / "tiny")
+    recipe_file = folder / "tiny_head.yaml"
+    recipe_file.write_text(recipe_file.read_text().replace("save_steps: 500", "save_steps: 1"))
+    work, output = tmp_path / "work", tmp_path / "recipes.json"
+    argv = ["--dry-run", "--recipes-dir", str(folder), "--results-dir", str(tmp_path / "results"), "--work-dir", str(work),
+            "--output", str(output), "--data-dir", str(shared_data)]
+    real_run_child, commands = bench.run_child, []
+
+    def killed_after_training(child_argv, env, cwd):
+        commands.append(list(child_argv))
+        real_run_child(child_argv, env, cwd)
+        run_dir = Path(child_argv[child_argv.index("--output-dir") + 1])
+        run_dir = run_dir if run_dir.is_absolute() else ROOT / run_dir
+        (run_dir / "results.json").unlink()
+        import shutil
+        shutil.rmtree(run_dir / "final")
+        raise KeyboardInterrupt  # the session ends: the bench process is gone before it records the run
+
+    monkeypatch.setattr(bench, "run_child", killed_after_training)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(argv)
+    assert not (work / "dry-run" / "recipes_runs.jsonl").exists()
+    [marker] = list((work / "dry-run").glob(f"*{bench.PENDING_SUFFIX}"))
+    run_dir = marker.with_name(marker.name[: -len(bench.PENDING_SUFFIX)])
+    assert (run_dir / "checkpoints" / "checkpoint-2").is_dir()
+
+    monkeypatch.setattr(bench, "run_child", lambda child_argv, env, cwd: (commands.append(list(child_argv))
+                                                                           or real_run_child(child_argv, env, cwd)))
+    assert bench.main(argv) == 0
+    assert commands[1][1:] == ["train", "--output-dir", bench.display_path(run_dir), "--resume"]
+    [record] = [json.loads(line) for line in (work / "dry-run" / "recipes_runs.jsonl").read_text().splitlines()]
+    assert record["resumed"] == 1 and record["output_dir"] == bench.display_path(run_dir)
+    assert record["command"].startswith(f"contrastive-bert train --recipe {recipe_file} --output-dir ")  # the first, a user's
+    written = json.loads((run_dir / "results.json").read_text())
+    assert written["global_step"] == 2 and record["outputs"]["after"] == written["after"]
+    assert "emotion" in record["outputs"]["label_head"] and not marker.exists()
