@@ -125,6 +125,24 @@ def test_stage1_against_the_classifier_recipe(bench):
     assert close["within_noise"] is True and far["within_noise"] is False and far["difference"] == pytest.approx(-4.72)
 
 
+def test_stage1_reference_is_the_setting_with_the_most_training_rows(bench):
+    """Emotion's recipe trains on all 16,000 rows: its reference is emotion/full16k's dev pick (free label
+    vectors, 92.48), not the 3,000-row sample's (encoded names, 90.43), whatever order the settings come in."""
+    def setting(method, values, rows):
+        return {method: {"test": {"accuracy": {"values": values}}, "cost": {"train_rows": rows}, "seeds": [0, 1, 2]}}
+
+    acl = {"comparisons": {"emotion/full": {"best_on_dev": "acl_embed_encoded"}, "emotion/full16k": {"best_on_dev": "acl_embed"},
+                           "emotion/10-shot": {"best_on_dev": "acl_embed_encoded"}},
+           "settings": {"emotion/full": setting("acl_embed_encoded", [90.85, 90.5, 89.95], 3000),
+                        "emotion/full16k": setting("acl_embed", [92.4, 92.5, 92.55], 16000),
+                        "emotion/10-shot": setting("acl_embed_encoded", [50.0, 47.0, 48.0], 60)}}
+    reference = bench.reference_accuracy(acl, "emotion")
+    assert (reference["setting"], reference["method"], reference["train_rows"]) == ("emotion/full16k", "acl_embed", 16000)
+    assert reference["test_accuracy"]["mean"] == 92.48  # (92.4 + 92.5 + 92.55) / 3, rounded to 2 places
+    del acl["settings"]["emotion/full16k"]
+    assert bench.reference_accuracy(acl, "emotion")["setting"] == "emotion/full"  # the 10-shot set is no full setting
+
+
 def test_old_results_kept_under_their_own_key(bench, tmp_path):
     from contrastive_bert.benchmarking import RunLog
 
