@@ -37,9 +37,10 @@ Resumable: each finished recipe is one line of ``eval/results/recipes_runs.jsonl
 is rebuilt after each. A run stopped part-way (the session ended) is continued on restart as a user
 continues one, ``contrastive-bert train --output-dir DIR --resume``, from its last checkpoint: a marker
 ``DIR.bench_recipes.json`` beside its folder names its settings and seed until it finishes; the record
-counts the continuations (``resumed``) and its wall seconds and peak memory are then the last part's. ``--dry-run`` (2 steps, 32 evaluation rows per split) tests the pipeline; its
-runs go to a log and summary of their own under ``--work-dir`` and never count as done. ``--list``
-prints the plan, cheapest first, with each recipe's estimated minutes.
+counts the continuations (``resumed``) and its wall seconds and peak memory are then the last part's.
+``--dry-run`` (2 steps, 32 evaluation rows per split) tests the pipeline; its runs go to a log and
+summary of their own under ``--work-dir`` and never count as done. ``--list`` prints the plan,
+cheapest first, with each recipe's estimated minutes.
 
     .venv/bin/python eval/bench_recipes.py --list      # the plan: estimated minutes, what is done
     OMP_NUM_THREADS=2 nohup flock /tmp/cbert_bench.lock .venv/bin/python eval/bench_recipes.py --threads 2 > recipes.log 2>&1 &
