@@ -13,8 +13,10 @@ ROOT = Path(__file__).resolve().parents[1]
 OTHER_WRITERS = re.compile(r"\bwrite_json\(|\bjson\.dump\(|\.write_text\(|open\([^)]*['\"]w")
 # Scripts of eval/ that write no results file, and why.
 NOT_BENCHMARKS = {"profile_early_exit.py": "a profile of one call, printed (or written to a path given), not a results file"}
-# Scripts that also write a cache of their own inputs (never under eval/results/), and what it is.
-CACHE_WRITERS = {"bench_scale.py": "base.json beside its encoded documents under ~/.cache (--cache-dir), not a results file"}
+# Scripts that also write a cache of their own inputs or their own work state (never under eval/results/), and what it is.
+CACHE_WRITERS = {"bench_scale.py": "base.json beside its encoded documents under ~/.cache (--cache-dir), not a results file",
+                 "bench_recipes.py": "DIR.bench_recipes.json beside an unfinished run's folder under --work-dir (what its "
+                                     "restart continues with --resume; removed when the run ends), not a results file"}
 
 
 def _tracked_scripts() -> list[Path]:
