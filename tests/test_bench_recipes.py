@@ -5,6 +5,7 @@ line (a tiny BERT classifier; the quickstart recipe itself in a slow test)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -294,7 +295,6 @@ def test_a_run_interrupted_after_a_checkpoint_is_continued_by_the_users_resume(b
         run_dir = Path(child_argv[child_argv.index("--output-dir") + 1])
         run_dir = run_dir if run_dir.is_absolute() else ROOT / run_dir
         (run_dir / "results.json").unlink()
-        import shutil
         shutil.rmtree(run_dir / "final")
         raise KeyboardInterrupt  # the session ends: the bench process is gone before it records the run
 
