@@ -242,6 +242,23 @@ def _check_resume_overrides(recipe: TrainingRecipe) -> None:
             logger.info("resume: %s changed from %r to %r", name, was, now)
 
 
+def recorded_scores_before(recipe: TrainingRecipe) -> dict | None:
+    """On ``--resume``, the untrained model's scores the interrupted run wrote (``scores_before.json``),
+    stopped before or after its first checkpoint: the same model on the same rows, so not scored again
+    (scoring a retrieval corpus costs minutes). None when there are none, or when the run now scores
+    other rows (``max_eval_samples`` changed): then before and after are both scored on the new rows."""
+    output_dir = Path(recipe.output_dir)
+    before_file = output_dir / SCORES_BEFORE_FILE
+    if not (recipe.resume and before_file.is_file() and (output_dir / RECIPE_FILE).is_file()):
+        return None
+    recorded = TrainingRecipe.load_recorded(output_dir)
+    if recorded.max_eval_samples != recipe.max_eval_samples:
+        logger.info("resume: max_eval_samples changed from %r to %r: the untrained model is scored again on those rows",
+                    recorded.max_eval_samples, recipe.max_eval_samples)
+        return None
+    return json.loads(before_file.read_text())
+
+
 def check_enough_rows(train_dataset, recipe: TrainingRecipe, batch_sampler: str = "batch_sampler") -> None:
     """A training set smaller than one batch trains 0 steps (the last partial batch is dropped):
     refuse it before training, naming the data, its rows and the batch size. With the
@@ -383,6 +400,7 @@ def _train_checked(recipe: TrainingRecipe, entry, checkpoint: str | None, callba
     # encoding the corpus again (kept on disk by model weights and corpus, so an interrupted encoding
     # resumes); removed once both are done.
     embeddings_dir = output_dir / MINED_ROWS / CORPUS_EMBEDDINGS if recipe.corpus_negatives is not None else None
+    recorded_before = recorded_scores_before(recipe) if processes.main else None  # read before recipe.json is rewritten
     with processes.main_first():  # the main process clears, records and mines; then the others read its rows
         if processes.main:
             if recipe.overwrite:  # only now that data and model have loaded
@@ -410,12 +428,11 @@ def _train_checked(recipe: TrainingRecipe, entry, checkpoint: str | None, callba
 
     before = {}
     if processes.main:  # the others go on to the trainer, which waits for this one
-        before_file = output_dir / SCORES_BEFORE_FILE
-        if checkpoint and before_file.is_file():
-            before = json.loads(before_file.read_text())
+        if recorded_before is not None:
+            before = recorded_before
         else:
             before = evaluate_recipe_tasks(model, recipe, eval_data, embeddings_dir=embeddings_dir)
-            write_json(before_file, before)
+            write_json(output_dir / SCORES_BEFORE_FILE, before)
         if embeddings_dir is not None:
             shutil.rmtree(embeddings_dir, ignore_errors=True)
 

@@ -6,6 +6,7 @@ rows and says so; a bad row of a data file names the file; mining shows its prog
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -163,6 +164,46 @@ def test_a_run_stopped_after_mining_resumes_on_the_mined_rows(tmp_path, tiny_loa
 
     assert main(argv + ["--overwrite"]) == 0  # --overwrite starts afresh: the kept rows go, mining runs again
     assert len(miner.calls) == 2
+
+
+def test_a_run_stopped_before_its_first_checkpoint_reads_its_scores_before_back(tmp_path, tiny_loader, monkeypatch):
+    """--resume of a run stopped after mining and scoring the untrained model, before its first checkpoint,
+    reads the before-scores back instead of encoding the corpus again (minutes on a real one); resumed
+    with another --max-eval-samples it scores other rows, so it scores the untrained model again."""
+    folder = make_beir_folder(tmp_path / "corpus")
+    run = tmp_path / "run"
+    fit = runner.fit
+
+    def interrupted_fit(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "fit", interrupted_fit)
+    argv = ["train", "--datasets", str(folder), "--model", "tiny", "--batch-size", "1", "--max-steps", "2",
+            "--output-dir", str(run), "--dev-task", "", "--save-steps", "100"]
+    assert main(argv) == 130
+    scored = json.loads((run / "scores_before.json").read_text())
+    assert list(scored) == [str(folder)] and 0 <= scored[str(folder)]["main_score"] <= 100
+    marked = {str(folder): {**scored[str(folder)], "main_score": 12.345}}  # no scoring gives it: read back, or not
+
+    def stop_before_the_end():
+        for name in ("results.json", "final", "checkpoints"):
+            target = run / name
+            if target.is_file():
+                target.unlink()
+            elif target.exists():
+                shutil.rmtree(target)
+        (run / "scores_before.json").write_text(json.dumps(marked))
+
+    stop_before_the_end()
+    monkeypatch.setattr(runner, "fit", fit)
+    assert main(["train", "--output-dir", str(run), "--resume"]) == 0
+    results = json.loads((run / "results.json").read_text())
+    assert results["global_step"] == 2 and results["before"][str(folder)]["main_score"] == 12.345
+
+    stop_before_the_end()
+    assert main(["train", "--output-dir", str(run), "--resume", "--max-eval-samples", "1"]) == 0
+    rescored = json.loads((run / "results.json").read_text())["before"][str(folder)]["main_score"]
+    assert rescored != 12.345 and 0 <= rescored <= 100
 
 
 def test_mining_inside_train_shows_its_progress_unless_quiet(tmp_path, tiny_loader, monkeypatch, capsys):
