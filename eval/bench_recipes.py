@@ -251,6 +251,13 @@ def primary_metric(outputs: Mapping[str, Any]) -> str | None:
     return f"after.{next(iter(after))}.main_score" if after else None
 
 
+def trained_figure(claim_metrics: Sequence[str], outputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The figure a run is summed up by: its first claim on the trained model, else :func:`primary_metric`
+    (a claim on the untrained model, the quickstart's ``before.*``, says nothing of what training did)."""
+    metric = next((m for m in claim_metrics if not m.startswith("before.")), None) or primary_metric(outputs)
+    return {"metric": metric, "value": measured_value(outputs, metric) if metric else None}
+
+
 # ---------------------------------------------------------------- one run
 
 
@@ -409,14 +416,13 @@ def run_one(recipe: Recipe, args: argparse.Namespace, results: Mapping[str, Any]
         value, std = claim_value(claim, results)
         claims.append({"metric": claim.metric, "source": claim.source, "path": claim.path, "claim": value, "std": std,
                        **judge(measured_value(outputs, claim.metric), value, std)})
-    metric = recipe.claims[0].metric if recipe.claims else primary_metric(outputs)
     return {
         "recipe": recipe.name, "file": display_path(recipe.path), "recipe_sha256": recipe.file_sha256,
         "settings_sha256": recipe.settings_sha256, "seed": written["recipe"].get("seed"), "seed_added": not recipe.fixes_seed,
         "command": started["command"], "resumed": started["resumed"], "env": {"OMP_NUM_THREADS": env["OMP_NUM_THREADS"],
                                            "CONTRASTIVE_BERT_DATA": env.get("CONTRASTIVE_BERT_DATA")},
         "output_dir": display_path(output_dir), "train_seconds": written.get("train_seconds"), "wall_seconds": wall,
-        "peak_rss_mb": peak, "test_figure": {"metric": metric, "value": measured_value(outputs, metric) if metric else None},
+        "peak_rss_mb": peak, "test_figure": trained_figure([c.metric for c in recipe.claims], outputs),
         "claims": claims, "outputs": outputs, "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "dry_run": bool(args.dry_run), "max_steps": caps[0], "max_eval_samples": caps[1],
     }
@@ -474,6 +480,7 @@ def recipe_entry(recipe: Recipe, records: Sequence[Mapping[str, Any]], results: 
     else:
         verdict = "defect" if _defect(claims) else "ok"
     earlier = [r for r in mine if r["settings_sha256"] != recipe.settings_sha256]
+    figure = trained_figure([c.metric for c in recipe.claims], current["outputs"]) if current else None  # from its outputs: older records named the first claim
     corrected = None
     if verdict == "defect":
         corrected = "pending"
@@ -485,8 +492,8 @@ def recipe_entry(recipe: Recipe, records: Sequence[Mapping[str, Any]], results: 
         "file": display_path(recipe.path), "recipe_sha256": recipe.file_sha256, "settings_sha256": recipe.settings_sha256,
         "estimated_minutes": estimated_minutes(recipe, records), "verdict": verdict, "corrected": corrected,
         "no_claim": recipe.no_claim, "claims": claims,
-        "test_figure": current["test_figure"] if current else None,
-        "run": _run_summary(current) if current else None,
+        "test_figure": figure,
+        "run": {**_run_summary(current), "test_figure": figure} if current else None,
         "comments_changed_since_run": bool(current) and current["recipe_sha256"] != recipe.file_sha256,
         "claims_at_run": current.get("claims") if current and corrected == "claim" else None,
         "earlier_runs": [{**_run_summary(r), "claims": r.get("claims")} for r in earlier],

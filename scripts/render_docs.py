@@ -30,7 +30,7 @@ from render_labels import (ACL_COST_LABELS, ACL_LABELS, ACL_OPTIONS, ACL_SHORT_L
                            EXIT_METHODS, GENERAL_LABELS, MEMORY_BUDGET_LABELS, PAIR_LABELS, QUEUE_MEMORY_LABELS, QUEUE_QUALITY_LABELS,
                            RETRIEVAL_LABELS, TOPK_LABELS, ZERO_SHOT_LABELS)
 from render_readme import paired, render_readme, table_acl_verdict, table_early_exit_round, table_early_exit_rounds, table_emotion_full_data  # noqa: F401 (table_*: also placeholders of the templates)
-from render_recipes import render_recipes
+from render_recipes import render_recipes, table_recipes, table_recipes_summary  # noqa: F401 (table_*: placeholders)
 from render_cpu_precision import table_cpu_precision  # noqa: F401 (a table)
 from render_scale import table_scale_cli, table_scale_encode, table_scale_growth, table_scale_index, table_scale_mine  # noqa: F401
 from render_table import Column, Table, benchmark_table, cell, per_key

@@ -38,6 +38,14 @@ def _points(value: float) -> str:
     return f"{value:+.2f}"
 
 
+def _unclaimed_figure(entry: dict) -> dict | None:
+    """The run's trained figure where no claim covers it (the quickstart claims only its untrained score)."""
+    figure = entry.get("test_figure") or {}
+    if figure.get("metric") and figure["metric"] not in {c["metric"] for c in entry["claims"]}:
+        return figure
+    return None
+
+
 def run_text(name: str, results: Results) -> str:
     """The recipe's own run from recipes.json: each claimed figure it reached, its difference from the
     claim and the verdict (``ok``/``defect``), the seed, training minutes and peak memory; or that it
@@ -50,6 +58,9 @@ def run_text(name: str, results: Results) -> str:
         figures = "; ".join(f"{c['metric']} {fmt(c['measured'])} ({_points(c['difference'])} against its claim: {c['verdict']})"
                             if c["measured"] is not None else f"{c['metric']} not written by the run ({c['verdict']})"
                             for c in entry["claims"])
+        figure = _unclaimed_figure(entry)
+        if figure:
+            figures += f"; trained: {figure['metric']} {fmt(figure['value'])} (no claim)"
     else:
         figure = entry["test_figure"] or {}
         figures = f"{figure.get('metric')} {fmt(figure.get('value'))}"
@@ -91,3 +102,52 @@ def render_recipes(results: Results, recipes: Path = RECIPES) -> dict[Path, str]
         pages[recipe] = render_comment(template.read_text(encoding="utf-8"), template.stem, results) + settings
     return pages
 
+
+
+def _claim_rows(name: str, entry: dict) -> list[list[str]]:
+    """One table row per claim of a recipe (a recipe without a claim: one row with its figure)."""
+    run = entry.get("run") or {}
+    cost = [f"{run['train_seconds'] / 60:.0f} min" if run.get("train_seconds") is not None else "",
+            f"{run['peak_rss_mb'] / 1024:.1f} GiB" if run.get("peak_rss_mb") is not None else ""]
+    recipe = f"[`{name}.yaml`](../scripts/recipes/{name}.yaml)"
+    if not run:
+        return [[recipe, "", "", "not run yet", "", "not run", "", ""]]
+    if not entry["claims"]:
+        figure = entry.get("test_figure") or {}
+        return [[recipe, f"`{figure.get('metric')}`", "none", fmt(figure.get("value")), "", "no claim", *cost]]
+    rows = []
+    for i, claim in enumerate(entry["claims"]):
+        verdict = claim["verdict"] + (f" (corrected: {entry['corrected']})" if claim["verdict"] == "defect" and entry.get("corrected") else "")
+        measured = fmt(claim["measured"]) if claim["measured"] is not None else "not written"
+        difference = _points(claim["difference"]) if claim["difference"] is not None else ""
+        source = Path(claim["source"]).name
+        rows.append([recipe if i == 0 else "", f"`{claim['metric']}`", f"{claim['typed']} (`{source}`)", measured,
+                     difference, verdict, *(cost if i == 0 else ["", ""])])
+    figure = _unclaimed_figure(entry)
+    if figure:
+        rows.append(["", f"`{figure['metric']}`", "none", fmt(figure["value"]), "", "no claim", "", ""])
+    return rows
+
+
+def table_recipes(results: Results) -> str:
+    """Every shipped recipe run once as written (eval/bench_recipes.py -> recipes.json): each claimed
+    figure, what the run reached, the difference, the verdict, training minutes and peak memory."""
+    header = ["recipe", "figure", "claim (its source)", "run as written", "difference", "verdict", "training", "peak memory"]
+    rows = [row for name, entry in sorted(results["recipes"]["recipes"].items()) for row in _claim_rows(name, entry)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def table_recipes_summary(results: Results) -> str:
+    """One sentence on recipes.json: how many recipes ran, how many claims held, which fell short or
+    have not run."""
+    summary = results["recipes"]
+    recipes = summary["recipes"]
+    ran = [name for name, entry in recipes.items() if entry.get("run")]
+    claims = [claim for name in ran for claim in recipes[name]["claims"]]
+    held = sum(claim["verdict"] == "ok" for claim in claims)
+    text = f"{len(ran)} of {len(recipes)} shipped recipes run as written (seed 0): {held} of {len(claims)} claimed figures reached"
+    text += ("; short of their claim: " + ", ".join(f"`{name}`" for name in summary["defects"])) if summary["defects"] else ", none short"
+    if summary["not_run"]:
+        text += "; not run yet: " + ", ".join(f"`{name}`" for name in summary["not_run"])
+    return text

@@ -316,3 +316,19 @@ def test_a_run_interrupted_after_a_checkpoint_is_continued_by_the_users_resume(b
     written = json.loads((run_dir / "results.json").read_text())
     assert written["global_step"] == 2 and record["outputs"]["after"] == written["after"]
     assert "emotion" in record["outputs"]["label_head"] and not marker.exists()
+
+
+def test_a_run_is_summed_up_by_its_trained_figure_not_an_untrained_claim(bench, tmp_path):
+    """The quickstart claims only the untrained model's score (``before.*``): its summary figure is the
+    trained one (the first task's ``after`` main score); a claim on the trained model is its own figure."""
+    outputs = {"before": {"stsb": {"main_score": 82.0}}, "after": {"stsb": {"main_score": 83.0, "cosine_pearson": 84.0}}}
+    assert bench.trained_figure(["before.stsb.main_score"], outputs) == {"metric": "after.stsb.main_score", "value": 83.0}
+    assert bench.trained_figure(["before.stsb.main_score", "after.stsb.cosine_pearson"], outputs) == {
+        "metric": "after.stsb.cosine_pearson", "value": 84.0}
+    assert bench.trained_figure([], {"after": {}}) == {"metric": None, "value": None}
+    quick = _recipe(bench, tmp_path / "recipes", "quick", "before.stsb.main_score 82.00 (eval/results/bench.json u)")
+    record = {**_record(quick, 83.0), "outputs": outputs,  # logged before the rule: its figure named the first claim
+              "test_figure": {"metric": "before.stsb.main_score", "value": 82.0}}
+    entry = bench.summarize([record], [quick], {"bench": {"u": 82.0}}, seed=0)["recipes"]["quick"]
+    assert entry["verdict"] == "ok" and entry["claims"][0]["measured"] == 82.0
+    assert entry["test_figure"] == entry["run"]["test_figure"] == {"metric": "after.stsb.main_score", "value": 83.0}

@@ -114,3 +114,37 @@ def test_rendering_keeps_the_settings_and_replaces_only_the_leading_comment(tmp_
     (folder / "comments" / "orphan.in").write_text("# x\n")
     with pytest.raises(ValueError, match="has no recipe orphan.yaml"):
         render_recipes.render_recipes(_results(tmp_path, {"bench": {"x": 2.25}}), folder)
+
+
+def test_the_recipes_table_and_sentence_of_a_hand_built_summary(tmp_path):
+    """recipes.json cut down to four recipes, the markdown written out by hand: a row per claim, the
+    trained figure of a recipe that claims only its untrained score, a recipe without a claim, one not run."""
+    run = lambda seconds, mib: {"seed": 0, "train_seconds": seconds, "peak_rss_mb": mib}  # noqa: E731
+    claim = lambda metric, typed, measured, difference, verdict: {  # noqa: E731
+        "metric": metric, "source": "eval/results/bench.json", "typed": typed, "measured": measured,
+        "difference": difference, "verdict": verdict}
+    recipes = {
+        "two": {"run": run(720.0, 1536.0), "test_figure": {"metric": "m.final", "value": 93.31},
+                "claims": [claim("m.final", "93.28", 93.31, 0.03, "ok"), claim("m.exit", "89.58 ± 0.18", 87.5, -2.08, "defect")],
+                "corrected": "pending"},
+        "quick": {"run": run(189.4, 2027.3), "test_figure": {"metric": "after.stsb.main_score", "value": 83.01},
+                  "claims": [claim("before.stsb.main_score", "82.03", 82.03, 0.0, "ok")]},
+        "free": {"run": run(180.0, 1945.6), "test_figure": {"metric": "after.stsb.main_score", "value": 82.77}, "claims": []},
+        "later": {"run": None, "test_figure": None, "claims": []}}
+    results = _results(tmp_path, {"recipes": {"recipes": recipes, "defects": ["two"], "not_run": ["later"]}})
+    link = lambda name: f"[`{name}.yaml`](../scripts/recipes/{name}.yaml)"  # noqa: E731
+    assert render_recipes.table_recipes(results) == "\n".join([
+        "| recipe | figure | claim (its source) | run as written | difference | verdict | training | peak memory |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {link('free')} | `after.stsb.main_score` | none | 82.77 |  | no claim | 3 min | 1.9 GiB |",
+        f"| {link('later')} |  |  | not run yet |  | not run |  |  |",
+        f"| {link('quick')} | `before.stsb.main_score` | 82.03 (`bench.json`) | 82.03 | +0.00 | ok | 3 min | 2.0 GiB |",
+        "|  | `after.stsb.main_score` | none | 83.01 |  | no claim |  |  |",
+        f"| {link('two')} | `m.final` | 93.28 (`bench.json`) | 93.31 | +0.03 | ok | 12 min | 1.5 GiB |",
+        "|  | `m.exit` | 89.58 ± 0.18 (`bench.json`) | 87.50 | -2.08 | defect (corrected: pending) |  |  |"])
+    assert render_recipes.table_recipes_summary(results) == (
+        "3 of 4 shipped recipes run as written (seed 0): 2 of 3 claimed figures reached; short of their claim: `two`; "
+        "not run yet: `later`")
+    assert render_recipes.run_text("quick", results) == (
+        "before.stsb.main_score 82.03 (+0.00 against its claim: ok); trained: after.stsb.main_score 83.01 (no claim); "
+        "seed 0, 3 min of training, peak memory 2.0 GiB (eval/results/recipes.json)")
