@@ -146,7 +146,7 @@ def table_recipes_summary(results: Results) -> str:
     ran = [name for name, entry in recipes.items() if entry.get("run")]
     claims = [claim for name in ran for claim in recipes[name]["claims"]]
     held = sum(claim["verdict"] == "ok" for claim in claims)
-    text = f"{len(ran)} of {len(recipes)} shipped recipes run as written (seed 0): {held} of {len(claims)} claimed figures reached"
+    text = f"{len(ran)} of {len(recipes)} shipped recipes run as written (seed 0 where a recipe fixes none): {held} of {len(claims)} claimed figures reached"
     text += ("; short of their claim: " + ", ".join(f"`{name}`" for name in summary["defects"])) if summary["defects"] else ", none short"
     if summary["not_run"]:
         text += "; not run yet: " + ", ".join(f"`{name}`" for name in summary["not_run"])

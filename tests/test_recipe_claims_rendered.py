@@ -143,7 +143,7 @@ def test_the_recipes_table_and_sentence_of_a_hand_built_summary(tmp_path):
         f"| {link('two')} | `m.final` | 93.28 (`bench.json`) | 93.31 | +0.03 | ok | 12 min | 1.5 GiB |",
         "|  | `m.exit` | 89.58 ± 0.18 (`bench.json`) | 87.50 | -2.08 | defect (corrected: pending) |  |  |"])
     assert render_recipes.table_recipes_summary(results) == (
-        "3 of 4 shipped recipes run as written (seed 0): 2 of 3 claimed figures reached; short of their claim: `two`; "
+        "3 of 4 shipped recipes run as written (seed 0 where a recipe fixes none): 2 of 3 claimed figures reached; short of their claim: `two`; "
         "not run yet: `later`")
     assert render_recipes.run_text("quick", results) == (
         "before.stsb.main_score 82.03 (+0.00 against its claim: ok); trained: after.stsb.main_score 83.01 (no claim); "
