@@ -316,7 +316,9 @@ def run_train(args: argparse.Namespace) -> int:
         return 0
     if outcome.after:
         print(format_before_after(outcome.before, outcome.after))
-    else:
+    if outcome.multi_exit:
+        print(format_exit_accuracy(outcome.multi_exit, f"{outcome.output_dir}/final"))
+    if not (outcome.after or outcome.multi_exit):
         print("no before/after scores (no --eval-tasks, or --max-eval-samples 0)")
     print(f"model saved to {outcome.output_dir}/final; scores in {outcome.output_dir}/results.json")
     corpus = _retrieval_dataset(recipe.datasets)
@@ -324,6 +326,18 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"search with it: contrastive-bert search --model {outcome.output_dir}/final --corpus {shlex.quote(corpus)} "
               f"--index {outcome.output_dir}/index --query 'your question'")
     return 0
+
+
+def format_exit_accuracy(multi_exit: dict, model_dir: str) -> str:
+    """A staged multi-exit run's last lines: each exit's test accuracy (``results.json``'s ``multi_exit``),
+    then the command that picks an early-exit threshold on dev (the test sweep beside it in results.json
+    is for reading, not for choosing)."""
+    layers = sorted(multi_exit["exit_accuracy"], key=int)
+    cells = ", ".join(f"{layer} {multi_exit['exit_accuracy'][layer]:.2f}" for layer in layers)
+    return (f"test accuracy on {multi_exit['dataset']} ({multi_exit['rows']:,} rows) by exit layer: {cells} "
+            f"(layer {layers[-1]}: the final classifier)\n"
+            f"choose an early-exit threshold on dev: contrastive-bert early-exit --model {shlex.quote(model_dir)} --sweep "
+            f"--dataset {shlex.quote(multi_exit['dataset'])}")
 
 
 def _print_accumulation_hint(recipe) -> None:

@@ -46,7 +46,8 @@ _NON_TEXT_COLUMNS = ("label", "score", "dataset_name")
 
 @dataclass
 class TrainingOutcome:
-    """What a recipe run produced: the trained model, scores before/after, and the log history.
+    """What a recipe run produced: the trained model, scores before/after, and the log history;
+    a staged multi-exit run also each exit's test accuracy (``multi_exit``, as in its results.json).
     ``main_process`` False: a process other than the main one of a launched run, which trained
     alongside it but saved, scored and recorded nothing (its ``before``/``after`` are empty)."""
 
@@ -58,6 +59,7 @@ class TrainingOutcome:
     train_seconds: float = 0.0
     already_finished: bool = False
     main_process: bool = True
+    multi_exit: dict = field(default_factory=dict)
 
 
 def _checkpointing_flags(enabled: bool) -> dict:

@@ -254,4 +254,4 @@ def train_stages(recipe: TrainingRecipe, run_stage: Callable[..., Any], callback
     write_json(output_dir / RESULTS_FILE, results)
     logger.info("staged run done in %.0fs: %s", time.perf_counter() - start, output_dir)
     return {"model": model, "output_dir": str(output_dir), "before": stage_results[0].get("before", {}), "after": after,
-            "log_history": log_history, "train_seconds": results["train_seconds"]}
+            "log_history": log_history, "train_seconds": results["train_seconds"], "multi_exit": results.get("multi_exit", {})}

@@ -61,6 +61,12 @@ def test_train_then_early_exit_sweep_through_the_cli(tiny6_path, tmp_path, share
     assert multi["rows"] == 300 and set(multi["exit_accuracy"]) == {"2", "3", "4", "5", "6"}
     assert multi["final_layer_accuracy"] == multi["exit_accuracy"]["6"] == multi["early_exit"]["full"]["accuracy"]
     assert multi["early_exit"]["criterion"] == "margin" and len(multi["early_exit"]["sweep"]) >= 3
+    said = capsys.readouterr().out  # the run ends by saying what each exit reached and how to choose a threshold
+    accuracy = multi["exit_accuracy"]
+    assert (f"test accuracy on banking77 (300 rows) by exit layer: 2 {accuracy['2']:.2f}, 3 {accuracy['3']:.2f}, "
+            f"4 {accuracy['4']:.2f}, 5 {accuracy['5']:.2f}, 6 {accuracy['6']:.2f} (layer 6: the final classifier)") in said
+    assert f"choose an early-exit threshold on dev: contrastive-bert early-exit --model {out}/final --sweep --dataset banking77" in said
+    assert "no before/after scores" not in said
     # stage 2 trained the exits only: the encoder of final/ is stage 1's
     stage1 = SentenceTransformer(str(out / "stage-1" / "final"), device="cpu", trust_remote_code=True)
     final = SentenceTransformer(str(out / "final"), device="cpu", trust_remote_code=True)
