@@ -12,6 +12,9 @@ recipe's template has:
   ``after.stsb.main_score``), VALUE the figure at PATH (``mean ± std`` for a record over seeds);
 - ``{{run}}``: what the recipe's own run reached (eval/results/recipes.json, written by
   eval/bench_recipes.py), beside its claims, or that it has not run yet.
+
+The pages' ``{{table recipes}}`` and ``{{table recipes_summary}}`` (docs/results.md, the README) show every
+recipe's run from the same file: each claim, the figure reached, the verdict, minutes and peak memory.
 """
 
 from __future__ import annotations
@@ -101,7 +104,6 @@ def render_recipes(results: Results, recipes: Path = RECIPES) -> dict[Path, str]
         _, settings = split_header(recipe.read_text(encoding="utf-8"))
         pages[recipe] = render_comment(template.read_text(encoding="utf-8"), template.stem, results) + settings
     return pages
-
 
 
 def _claim_rows(name: str, entry: dict) -> list[list[str]]:
