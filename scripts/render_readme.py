@@ -291,12 +291,15 @@ def table_acl_verdict(results: Results) -> str:
 
     # full16k seeds only the rows dev picks: a SupCon left at seed 0 has no paired difference, and says why
     unseeded = lambda v: "(SupCon not picked for seeds 1-2)" if "supcon" not in v.get("methods_complete", []) else ""  # noqa: E731
+    pending = lambda v: "; ".join(f"{name(m)}: {w}" for m, w in v.get("pending", {}).items()) if started(v) else ""  # noqa: E731
     columns = [Column("best on test (acc. mean ± std)", best),
                Column("best − CE", decided(lambda v: paired(v.get("best_vs_ce")) or "(is CE)")),
                Column("best − SupCon", decided(lambda v: paired(v.get("best_vs_supcon")) or ("(is SupCon)" if v["best"] == "supcon" else unseeded(v)))),
                Column("best ACL variant − SupCon", decided(lambda v: f"{name(v['best_acl'])} {paired(v['best_acl_vs_supcon'])}"
                                                            if v.get("best_acl") and v.get("best_acl_vs_supcon") else unseeded(v))),
-               Column("pending", lambda v: "; ".join(f"{name(m)}: {w}" for m, w in v.get("pending", {}).items()) if started(v) else "")]
+               Column("pending", pending)]
+    if not any(pending(v) for v in entries.values()):  # nothing pending anywhere: no empty column
+        columns.pop()
     text = benchmark_table(entries, columns, lambda key: (ACL_DATASETS[key[0]], acl_regime(*key)), first=["data set", "training data"])
     why = next((v["pending_why"] for v in verdicts.values() if v.get("pending_why")), None)
     return text + (f"\n\nPending: {why}." if why else "")

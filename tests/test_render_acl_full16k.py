@@ -127,3 +127,13 @@ def test_the_verdict_table_says_why_full16k_has_no_supcon_difference():
     text = render_readme.table_acl_verdict(_sentence_results(block, verdict))
     row = next(line for line in text.splitlines() if "| all of train (16,000 rows) |" in line)
     assert "(dev picks ACL-Embed) | (is CE) | (SupCon not picked for seeds 1-2) | (SupCon not picked for seeds 1-2) |" in row
+
+
+def test_the_pending_column_shows_only_while_something_is_pending():
+    results = _results()
+    done = {"best": "ce", "best_test_accuracy": _stat(91.0), "pending": {}}
+    results["acl_quality"]["comparisons"] = {"emotion/full16k": done}
+    assert "| pending |" not in render_readme.table_acl_verdict(results).splitlines()[0]
+    results["acl_quality"]["comparisons"] = {"emotion/full16k": {**done, "pending": {"supcon": "seeds 1-2"}}}
+    text = render_readme.table_acl_verdict(results)
+    assert text.splitlines()[0].endswith("| pending |") and "CE + SupCon: seeds 1-2 |" in text
