@@ -49,6 +49,13 @@ def _unclaimed_figure(entry: dict) -> dict | None:
     return None
 
 
+def _minutes(run: dict) -> str:
+    """A run's training minutes; a run continued with ``--resume`` only timed its last part (the
+    trainer's runtime restarts with the process), and says so."""
+    minutes = f"{run['train_seconds'] / 60:.0f} min"
+    return f"{minutes} (last part only: resumed)" if run.get("resumed") else minutes
+
+
 def run_text(name: str, results: Results) -> str:
     """The recipe's own run from recipes.json: each claimed figure it reached, its difference from the
     claim and the verdict (``ok``/``defect``), the seed, training minutes and peak memory; or that it
@@ -67,7 +74,7 @@ def run_text(name: str, results: Results) -> str:
     else:
         figure = entry["test_figure"] or {}
         figures = f"{figure.get('metric')} {fmt(figure.get('value'))}"
-    cost = f"{run['train_seconds'] / 60:.0f} min of training" if run.get("train_seconds") is not None else "training time not written"
+    cost = f"{_minutes(run)} of training" if run.get("train_seconds") is not None else "training time not written"
     return f"{figures}; seed {run['seed']}, {cost}, peak memory {run['peak_rss_mb'] / 1024:.1f} GiB ({RUN_SOURCE})"
 
 
@@ -109,7 +116,7 @@ def render_recipes(results: Results, recipes: Path = RECIPES) -> dict[Path, str]
 def _claim_rows(name: str, entry: dict) -> list[list[str]]:
     """One table row per claim of a recipe (a recipe without a claim: one row with its figure)."""
     run = entry.get("run") or {}
-    cost = [f"{run['train_seconds'] / 60:.0f} min" if run.get("train_seconds") is not None else "",
+    cost = [_minutes(run) if run.get("train_seconds") is not None else "",
             f"{run['peak_rss_mb'] / 1024:.1f} GiB" if run.get("peak_rss_mb") is not None else ""]
     recipe = f"[`{name}.yaml`](../scripts/recipes/{name}.yaml)"
     if not run:

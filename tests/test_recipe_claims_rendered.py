@@ -98,6 +98,11 @@ def test_a_template_renders_claims_values_and_the_run(tmp_path):
         "(eval/results/recipes.json)")
     with pytest.raises(ValueError, match="every line must be a '#' comment"):
         render_recipes.render_comment("# fine\nepochs: 3\n", "r", results)
+    # a run continued with --resume timed only its last part: the minutes say so
+    resumed = _results(tmp_path, {"recipes": {"recipes": {"r": {"run": {**run, "resumed": 1}, "test_figure": None,
+        "claims": [{**claim, "source": "eval/results/bench.json", "typed": "86.57 ± 0.05"}]}}}})
+    assert "seed 0, 25 min (last part only: resumed) of training, peak" in render_recipes.run_text("r", resumed)
+    assert "| 25 min (last part only: resumed) | 3.0 GiB |" in render_recipes.table_recipes(resumed)
 
 
 def test_rendering_keeps_the_settings_and_replaces_only_the_leading_comment(tmp_path):
