@@ -37,7 +37,9 @@ Resumable: each finished recipe is one line of ``eval/results/recipes_runs.jsonl
 is rebuilt after each. A run stopped part-way (the session ended) is continued on restart as a user
 continues one, ``contrastive-bert train --output-dir DIR --resume``, from its last checkpoint: a marker
 ``DIR.bench_recipes.json`` beside its folder names its settings and seed until it finishes; the record
-counts the continuations (``resumed``) and its wall seconds and peak memory are then the last part's.
+counts the continuations (``resumed``) and its wall seconds and peak memory are then the last part's;
+its training seconds are the whole run's where its checkpoint carried them (``train_seconds_before_resume``,
+:mod:`contrastive_bert.training.training_clock`), else the last part's too.
 ``--dry-run`` (2 steps, 32 evaluation rows per split) tests the pipeline; its runs go to a log and
 summary of their own under ``--work-dir`` and never count as done. ``--list`` prints the plan,
 cheapest first, with each recipe's estimated minutes.
@@ -421,7 +423,9 @@ def run_one(recipe: Recipe, args: argparse.Namespace, results: Mapping[str, Any]
         "settings_sha256": recipe.settings_sha256, "seed": written["recipe"].get("seed"), "seed_added": not recipe.fixes_seed,
         "command": started["command"], "resumed": started["resumed"], "env": {"OMP_NUM_THREADS": env["OMP_NUM_THREADS"],
                                            "CONTRASTIVE_BERT_DATA": env.get("CONTRASTIVE_BERT_DATA")},
-        "output_dir": display_path(output_dir), "train_seconds": written.get("train_seconds"), "wall_seconds": wall,
+        "output_dir": display_path(output_dir), "train_seconds": written.get("train_seconds"),
+        **({"train_seconds_before_resume": written.get("train_seconds_before_resume")} if started["resumed"] else {}),
+        "wall_seconds": wall,
         "peak_rss_mb": peak, "test_figure": trained_figure([c.metric for c in recipe.claims], outputs),
         "claims": claims, "outputs": outputs, "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "dry_run": bool(args.dry_run), "max_steps": caps[0], "max_eval_samples": caps[1],
@@ -450,7 +454,7 @@ def estimated_minutes(recipe: Recipe, records: Sequence[Mapping[str, Any]] = ())
 
 def _run_summary(record: Mapping[str, Any]) -> dict[str, Any]:
     keep = ("seed", "seed_added", "command", "resumed", "env", "recipe_sha256", "settings_sha256", "output_dir", "train_seconds",
-            "wall_seconds", "peak_rss_mb", "test_figure", "date", "threads", "dry_run", "max_steps", "max_eval_samples")
+            "train_seconds_before_resume", "wall_seconds", "peak_rss_mb", "test_figure", "date", "threads", "dry_run", "max_steps", "max_eval_samples")
     return {key: record.get(key) for key in keep}
 
 

@@ -50,10 +50,10 @@ def _unclaimed_figure(entry: dict) -> dict | None:
 
 
 def _minutes(run: dict) -> str:
-    """A run's training minutes; a run continued with ``--resume`` only timed its last part (the
-    trainer's runtime restarts with the process), and says so."""
+    """A run's training minutes; a run continued with ``--resume`` from a checkpoint that carried no
+    training seconds (written before the training clock) timed only its last part, and says so."""
     minutes = f"{run['train_seconds'] / 60:.0f} min"
-    return f"{minutes} (last part only: resumed)" if run.get("resumed") else minutes
+    return f"{minutes} (last part only: resumed)" if run.get("resumed") and run.get("train_seconds_before_resume") is None else minutes
 
 
 def run_text(name: str, results: Results) -> str:

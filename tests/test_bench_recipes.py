@@ -312,6 +312,7 @@ def test_a_run_interrupted_after_a_checkpoint_is_continued_by_the_users_resume(b
     assert commands[1][1:] == ["train", "--output-dir", bench.display_path(run_dir), "--resume"]
     [record] = [json.loads(line) for line in (work / "dry-run" / "recipes_runs.jsonl").read_text().splitlines()]
     assert record["resumed"] == 1 and record["output_dir"] == bench.display_path(run_dir)
+    assert 0 < record["train_seconds_before_resume"] <= record["train_seconds"]  # the whole run's, from its checkpoint
     assert record["command"].startswith(f"contrastive-bert train --recipe {recipe_file} --output-dir ")  # the first, a user's
     written = json.loads((run_dir / "results.json").read_text())
     assert written["global_step"] == 2 and record["outputs"]["after"] == written["after"]

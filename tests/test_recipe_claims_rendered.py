@@ -103,6 +103,9 @@ def test_a_template_renders_claims_values_and_the_run(tmp_path):
         "claims": [{**claim, "source": "eval/results/bench.json", "typed": "86.57 ± 0.05"}]}}}})
     assert "seed 0, 25 min (last part only: resumed) of training, peak" in render_recipes.run_text("r", resumed)
     assert "| 25 min (last part only: resumed) | 3.0 GiB |" in render_recipes.table_recipes(resumed)
+    # ... unless its checkpoint carried the seconds before (contrastive_bert.training.training_clock)
+    clocked = {"run": {**run, "resumed": 1, "train_seconds_before_resume": 600.0}, "claims": [claim], "test_figure": None}
+    assert "seed 0, 25 min of training," in render_recipes.run_text("r", _results(tmp_path, {"recipes": {"recipes": {"r": clocked}}}))
 
 
 def test_rendering_keeps_the_settings_and_replaces_only_the_leading_comment(tmp_path):

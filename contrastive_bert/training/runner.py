@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -379,6 +378,7 @@ def _train_checked(recipe: TrainingRecipe, entry, checkpoint: str | None, callba
     from contrastive_bert.training.model_card import note_custom_modules
     from contrastive_bert.training.task_evaluator import TaskEvaluator
     from contrastive_bert.training.train_data import RunData, build_train_dataset
+    from contrastive_bert.training.training_clock import TrainingClock
 
     output_dir = Path(recipe.output_dir)
     run_data = RunData(recipe.data_dir)  # each data set read once: training rows, dev evaluator, before/after
@@ -444,15 +444,15 @@ def _train_checked(recipe: TrainingRecipe, entry, checkpoint: str | None, callba
 
     set_seed(recipe.seed)
     loss = entry.build(model, train_dataset, recipe)
-    start = time.perf_counter()
+    clock = TrainingClock(checkpoint)  # the seconds of the parts before a --resume, from its checkpoint
     try:
         trainer = fit(
             model, train_dataset, loss, recipe, str(output_dir / CHECKPOINTS), evaluator=evaluator,
-            callbacks=callbacks, batch_sampler=entry.batch_sampler, resume_from_checkpoint=checkpoint,
+            callbacks=[*callbacks, clock], batch_sampler=entry.batch_sampler, resume_from_checkpoint=checkpoint,
         )
     except NothingTrained as error:
         raise NothingTrained(f"{error} ({output_dir} keeps the recorded recipe: start again there with --overwrite)") from None
-    seconds = time.perf_counter() - start
+    seconds = clock.seconds()
     if not processes.main:  # the main process saves, scores and records the run
         return TrainingOutcome(model, str(output_dir), log_history=trainer.state.log_history, train_seconds=seconds,
                                main_process=False)
@@ -461,6 +461,8 @@ def _train_checked(recipe: TrainingRecipe, entry, checkpoint: str | None, callba
     after = evaluate_recipe_tasks(model, recipe, eval_data)
     results = {"recipe": recipe.recorded(), "before": before, "after": after, "train_seconds": seconds,
                "train_rows": len(train_dataset), "global_step": trainer.state.global_step}
+    if checkpoint is not None:  # resumed: the seconds its checkpoint carried (None: unknown, train_seconds is this part's)
+        results["train_seconds_before_resume"] = clock.carried
     if mining is not None:
         results["corpus_negatives"] = {"mining": mining, "refreshes": [r.history for r in callbacks if hasattr(r, "history")]}
     write_json(output_dir / RESULTS_FILE, results)

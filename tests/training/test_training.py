@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -84,9 +85,20 @@ def test_resume_continues_from_last_checkpoint(tmp_path, shared_data, tiny_loade
     at_four = SentenceTransformer(str(run / "checkpoints" / "checkpoint-4"), device="cpu").encode(TEXTS)
     np.testing.assert_allclose(at_four, first.model.encode(TEXTS), atol=1e-6)
 
+    # the training seconds so far go with each checkpoint; a resume starts its clock from them
+    first_seconds = json.loads((run / "results.json").read_text())["train_seconds"]
+    clock = run / "checkpoints" / "checkpoint-4" / "training_clock.json"
+    assert 0 < json.loads(clock.read_text())["train_seconds"] <= first_seconds
+    clock.write_text(json.dumps({"train_seconds": 1000.0}))  # as if the first part had trained 1,000 s
     recorder = StepRecorder()
+    started = time.perf_counter()
     second = train(_recipe(tmp_path, shared_data, max_steps=6, save_steps=2, resume=True), callbacks=[recorder])
+    elapsed = time.perf_counter() - started
 
+    results = json.loads((run / "results.json").read_text())
+    assert results["train_seconds_before_resume"] == 1000.0 and 1000.0 < results["train_seconds"] < 1000.0 + elapsed
+    assert second.train_seconds == results["train_seconds"]
+    assert 1000.0 < json.loads((run / "checkpoints" / "checkpoint-6" / "training_clock.json").read_text())["train_seconds"]
     assert recorder.steps == [5, 6]  # continued from checkpoint-4, did not restart at step 1
     assert json.loads((run / "results.json").read_text())["global_step"] == 6
     state = json.loads((run / "checkpoints" / "checkpoint-6" / "trainer_state.json").read_text())
