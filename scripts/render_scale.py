@@ -65,7 +65,22 @@ def table_scale_encode(results: Results) -> str:
                       if c["documents"] == (extrapolated.get(c["backend"]) or {}).get("largest_cell_documents") else None, ".1f")]
     rows = {(size, f"{backend} (memory pattern on)" if cell.get("onnx_memory_pattern") else backend): cell
             for (size, backend), cell in _by_size(cells, "backend").items()}
-    return benchmark_table(rows, columns, labels=lambda name: name, first=["documents", "backend"])
+    table = benchmark_table(rows, columns, labels=lambda name: name, first=["documents", "backend"])
+    marked = any(cell.get("onnx_memory_pattern") for cell in cells)
+    return table + "\n\n" + (ONNX_MEMORY_PATTERN_MARKED if marked else ONNX_MEMORY_PATTERN)
+
+
+#: after the encode table: why the onnx cells run without ONNX Runtime's memory pattern, and (while any
+#: is left) what a cell marked as measured with it means
+ONNX_MEMORY_PATTERN = (
+    "The onnx rows run without ONNX Runtime's memory pattern, a memory plan kept per input shape: length-sorted\n"
+    "batches bring a new shape nearly every batch, and with it `onnx-int8`'s memory grew with the corpus\n"
+    "(ONNX Runtime's memory arena stays).")
+ONNX_MEMORY_PATTERN_MARKED = (
+    "Rows marked *(memory pattern on)* were measured with ONNX Runtime's memory pattern, a memory plan\n"
+    "kept per input shape: length-sorted batches bring a new shape nearly every batch, which is why\n"
+    "`onnx-int8`'s memory grows with the corpus there. The encoder now turns it off (ONNX Runtime's memory arena\n"
+    "stays); `--stages encode` measures those cells again, and each new cell replaces its marked one.")
 
 
 def table_scale_growth(results: Results) -> str:
