@@ -249,6 +249,9 @@ def train_stages(recipe: TrainingRecipe, run_stage: Callable[..., Any], callback
         model, after = outcome.model, outcome.after
     results: dict[str, Any] = {"recipe": recipe.recorded(), "stages": stage_results,
                                "train_seconds": sum(r.get("train_seconds", 0.0) for r in stage_results)}
+    carried = [r["train_seconds_before_resume"] for r in stage_results if "train_seconds_before_resume" in r]
+    if carried:  # a stage was resumed: its seconds are whole where its checkpoint carried a clock (None: not)
+        results["train_seconds_before_resume"] = None if None in carried else sum(carried)
     if find_exit_heads(model) is not None and recipe.max_eval_samples != 0:
         results["multi_exit"] = evaluate_multi_exit(model, recipes[-1])
     write_json(output_dir / RESULTS_FILE, results)

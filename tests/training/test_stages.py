@@ -123,6 +123,11 @@ def test_resume_continues_the_interrupted_stage(tiny6_path, tmp_path, shared_dat
     results = json.loads((out / "results.json").read_text())
     assert [s["global_step"] for s in results["stages"]] == [3, 3]
     assert "multi_exit" not in results
+    # the resumed stage's seconds are whole (its checkpoint carried them), and so the run's
+    carried = results["stages"][1]["train_seconds_before_resume"]
+    assert carried > 0 and "train_seconds_before_resume" not in results["stages"][0]
+    assert results["train_seconds_before_resume"] == carried
+    assert results["train_seconds"] == pytest.approx(sum(s["train_seconds"] for s in results["stages"]))
 
 
 def _staged(tiny6_path: str, tmp_path: Path, stages: list[dict]) -> TrainingRecipe:
