@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from render_values import Results, fmt, lookup
+from render_values import Results, fmt, lookup, table
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "scripts" / "recipes"
@@ -142,9 +142,7 @@ def table_recipes(results: Results) -> str:
     """Every shipped recipe run once as written (eval/bench_recipes.py -> recipes.json): each claimed
     figure, what the run reached, the difference, the verdict, training minutes and peak memory."""
     header = ["recipe", "figure", "claim (its source)", "run as written", "difference", "verdict", "training", "peak memory"]
-    rows = [row for name, entry in sorted(results["recipes"]["recipes"].items()) for row in _claim_rows(name, entry)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+    return table(header, [row for name, entry in sorted(results["recipes"]["recipes"].items()) for row in _claim_rows(name, entry)])
 
 
 def table_recipes_summary(results: Results) -> str:
